@@ -1,0 +1,187 @@
+"""The contract every module in ``kernels/`` fulfils.
+
+Standard library only: the GPU runner imports this on hosts that have no
+pandas, dagster or mlflow.
+
+A kernel module (``kernels/<name>.py``) defines, at module level:
+
+``NAME: str``
+    The kernel's audit name, e.g. ``"gemm_bf16"``.
+``KERNEL``
+    The ``@triton.jit`` function under audit.
+``DTYPE: str``
+    Element type of the main operands (``"bf16"``, ``"fp16"``, ``"fp8e4m3"``).
+``BASELINE_NAME: str``
+    What the PyTorch baseline calls, e.g. ``"torch.matmul"``.
+``CONFIGS: list[dict]``
+    The config space. Keys are the kernel's constexpr meta-parameters in upper
+    case (``BLOCK_M``, ``BLOCK_N``, ``BLOCK_K``, ``GROUP_M`` ...) plus
+    ``num_warps`` and ``num_stages``. It deliberately holds configs that spill
+    and configs that exceed shared memory.
+``SHAPES: list[Shape]``
+    Problem shapes (see :class:`Shape`).
+``TOLERANCE: Tolerance``
+    Correctness tolerance against the higher-precision reference.
+``make_inputs(shape: Shape, device: str, seed: int) -> dict``
+    Fresh random inputs (never zeros).
+``launch(inputs: dict, config: dict, out=None) -> torch.Tensor``
+    Runs the Triton kernel. When ``out`` is given it is written in place
+    (the runner poisons it first to catch unwritten elements).
+``baseline(inputs: dict) -> torch.Tensor``
+    The PyTorch baseline being compared against (same dtype as the kernel).
+``reference(inputs: dict) -> torch.Tensor``
+    The answer in higher precision (fp32 or fp64) for correctness checks.
+``flops(shape: Shape) -> int`` and ``bytes_moved(shape: Shape) -> int``
+    The roofline model: useful FLOPs and the fewest DRAM bytes the kernel must
+    move (each input read once, each output written once).
+``compile_args(shape: Shape, config: dict) -> dict[str, object]``
+    One value per ``KERNEL`` parameter, exactly as ``launch`` would pass it:
+    a :class:`Ptr` for each tensor, the real ``int``/``float`` for scalars,
+    and the config's values for constexpr parameters. The static audit turns
+    this into an ahead-of-time compile that reproduces the JIT's launch-time
+    specialization (see :func:`specialize`).
+``grid(shape: Shape, config: dict) -> tuple[int, ...]``
+    The launch grid, for waves/tail analysis.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import ModuleType
+
+# Triton's JIT marks integer and pointer arguments divisible by this with
+# tt.divisibility, and turns integers equal to 1 into constexprs.
+DIVISIBILITY = 16
+
+
+@dataclass(frozen=True)
+class Ptr:
+    """A tensor argument in ``compile_args``; ``dtype`` is Triton's name
+    (``fp16``, ``bf16``, ``fp32``, ``fp8e4nv``, ``i32`` ...)."""
+
+    dtype: str
+    # Tensors from torch's caching allocator are 256-byte aligned, so the JIT
+    # marks them divisible by 16. A deliberately offset view would not be.
+    aligned: bool = True
+
+
+@dataclass(frozen=True)
+class Shape:
+    """One problem shape. ``dims`` holds the named sizes (``M``, ``N``, ``K``
+    or ``B``, ``H``, ``KV_H``, ``S``, ``D`` ...) and ``label`` says where the
+    shape comes from (e.g. ``"llama3-8b qkv_proj prefill"``)."""
+
+    name: str
+    dims: dict[str, int]
+    label: str = ""
+    causal: bool | None = None
+    phase: str = "prefill"  # prefill | decode
+
+    def __getitem__(self, key: str) -> int:
+        return self.dims[key]
+
+    def get(self, key: str, default: int | None = None) -> int | None:
+        return self.dims.get(key, default)
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    """Max ‖out − ref‖ / ‖ref‖ accepted, and the max elementwise error allowed."""
+
+    max_rel_l2: float
+    atol: float = 0.0
+    rtol: float = 0.0
+
+
+@dataclass(frozen=True)
+class Specialization:
+    """What ``triton.compiler.ASTSource`` needs to compile like the JIT does."""
+
+    signature: dict[str, str]
+    constexprs: dict[str, object]
+    attrs: dict[tuple[int, ...], list[list[object]]] = field(default_factory=dict)
+
+
+def config_id(config: dict) -> str:
+    """A stable, readable id: ``BM128_BN256_BK64_GM8_w8_s3``."""
+    short = {"BLOCK_M": "BM", "BLOCK_N": "BN", "BLOCK_K": "BK", "GROUP_M": "GM",
+             "BLOCK_D": "BD", "BLOCK_KV": "BKV", "num_warps": "w", "num_stages": "s"}
+    parts = []
+    for key in sorted(config, key=lambda k: (k.startswith("num_"), k)):
+        parts.append(f"{short.get(key, key)}{config[key]}")
+    return "_".join(parts)
+
+
+def specialize(kernel, args: dict[str, object]) -> Specialization:
+    """Reproduce the JIT's launch-time specialization for an AOT compile.
+
+    Pointers become ``*dtype`` with ``tt.divisibility=16`` when aligned;
+    integers equal to 1 become constexpr 1; other integers divisible by 16
+    get ``tt.divisibility=16``; constexpr parameters take their value.
+    Without this, a CPU compile over-reports registers and spills and
+    compiles a single-stage pipeline.
+    """
+    signature: dict[str, str] = {}
+    constexprs: dict[str, object] = {}
+    attrs: dict[tuple[int, ...], list[list[object]]] = {}
+    for i, param in enumerate(kernel.params):
+        name = param.name
+        if name not in args:
+            raise KeyError(f"compile_args gives no value for parameter {name!r}")
+        value = args[name]
+        if param.is_constexpr:
+            signature[name] = "constexpr"
+            constexprs[name] = value
+        elif isinstance(value, Ptr):
+            signature[name] = f"*{value.dtype}"
+            if value.aligned:
+                attrs[(i,)] = [["tt.divisibility", DIVISIBILITY]]
+        elif isinstance(value, bool):
+            signature[name] = "i1"
+        elif isinstance(value, int):
+            if value == 1:
+                signature[name] = "constexpr"
+                constexprs[name] = 1
+                continue
+            signature[name] = "i32" if -(2**31) <= value < 2**31 else "i64"
+            if value % DIVISIBILITY == 0:
+                attrs[(i,)] = [["tt.divisibility", DIVISIBILITY]]
+        elif isinstance(value, float):
+            signature[name] = "fp32"
+        else:
+            raise TypeError(f"parameter {name!r}: unsupported compile arg {value!r}")
+    return Specialization(signature=signature, constexprs=constexprs, attrs=attrs)
+
+
+KERNELS_DIR = Path(__file__).resolve().parent.parent / "kernels"
+
+
+def kernel_files(kernels_dir: Path = KERNELS_DIR) -> list[Path]:
+    return sorted(p for p in kernels_dir.glob("*.py") if not p.name.startswith("_"))
+
+
+def source_hash(path: Path) -> str:
+    """sha256 of a kernel module's bytes; the cache key and the sensor's cursor."""
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+def load_kernel_module(path_or_name: str | Path, kernels_dir: Path = KERNELS_DIR) -> ModuleType:
+    """Import ``kernels/<name>.py`` by path (``kernels/`` is not a package on
+    sys.path on every host)."""
+    path = Path(path_or_name)
+    if not path.suffix:
+        path = kernels_dir / f"{path_or_name}.py"
+    if not path.exists():
+        raise FileNotFoundError(f"no kernel module {path}")
+    mod_name = f"kernaudit_kernels.{path.stem}"
+    if mod_name in sys.modules:
+        return sys.modules[mod_name]
+    spec = importlib.util.spec_from_file_location(mod_name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[mod_name] = module
+    spec.loader.exec_module(module)
+    return module
