@@ -1,0 +1,207 @@
+"""The ``kernel_runs`` table: every benchmark or profiler row, normalized.
+
+Whatever the source (runner JSONL, Nsight Compute CSV, torch.profiler trace,
+seed JSON, synthetic generator), rows end here in one schema, validated by a
+pandera ``DataFrameModel``. A row that fails validation goes to the
+``quarantine`` table with the reason; no row is dropped silently, so
+``len(rows_in) == len(kernel_runs) + len(quarantine)`` always holds.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+
+import pandas as pd
+import pandera.pandas as pa
+from pandera.typing import Series
+
+# The seed's input fields keep the seed's names; everything else states its unit.
+SEED_FIELDS = (
+    "kernel_name", "block_m", "block_n", "registers_per_thread",
+    "spill_stores_bytes", "latency_us", "baseline_us",
+)
+
+
+class KernelRuns(pa.DataFrameModel):
+    """One measured or compiled (kernel, config, shape, device) row."""
+
+    # identity and config
+    kernel_name: Series[str] = pa.Field(str_length={"min_value": 1})
+    config_id: Series[str] = pa.Field(nullable=True)
+    block_m: Series[pd.Int64Dtype] = pa.Field(nullable=True, gt=0)
+    block_n: Series[pd.Int64Dtype] = pa.Field(nullable=True, gt=0)
+    block_k: Series[pd.Int64Dtype] = pa.Field(nullable=True, gt=0)
+    group_m: Series[pd.Int64Dtype] = pa.Field(nullable=True, gt=0)
+    num_warps: Series[pd.Int64Dtype] = pa.Field(nullable=True, isin=[1, 2, 4, 8, 16, 32])
+    num_stages: Series[pd.Int64Dtype] = pa.Field(nullable=True, ge=1)
+    # problem shape
+    shape_name: Series[str] = pa.Field(nullable=True)
+    phase: Series[str] = pa.Field(nullable=True)
+    m: Series[pd.Int64Dtype] = pa.Field(nullable=True, gt=0)
+    n: Series[pd.Int64Dtype] = pa.Field(nullable=True, gt=0)
+    k: Series[pd.Int64Dtype] = pa.Field(nullable=True, gt=0)
+    batch: Series[pd.Int64Dtype] = pa.Field(nullable=True, gt=0)
+    num_heads: Series[pd.Int64Dtype] = pa.Field(nullable=True, gt=0)
+    num_kv_heads: Series[pd.Int64Dtype] = pa.Field(nullable=True, gt=0)
+    seq_len: Series[pd.Int64Dtype] = pa.Field(nullable=True, gt=0)
+    head_dim: Series[pd.Int64Dtype] = pa.Field(nullable=True, gt=0)
+    causal: Series[pd.BooleanDtype] = pa.Field(nullable=True)
+    dtype: Series[str] = pa.Field(nullable=True)
+    # compile-time resources
+    registers_per_thread: Series[pd.Int64Dtype] = pa.Field(nullable=True, ge=0, le=255)
+    spill_stores_bytes: Series[pd.Int64Dtype] = pa.Field(nullable=True, ge=0)
+    spill_loads_bytes: Series[pd.Int64Dtype] = pa.Field(nullable=True, ge=0)
+    stack_frame_bytes: Series[pd.Int64Dtype] = pa.Field(nullable=True, ge=0)
+    shared_mem_static_bytes: Series[pd.Int64Dtype] = pa.Field(nullable=True, ge=0)
+    shared_mem_dynamic_bytes: Series[pd.Int64Dtype] = pa.Field(nullable=True, ge=0)
+    shared_mem_bytes: Series[pd.Int64Dtype] = pa.Field(nullable=True, ge=0)
+    threads_per_block: Series[pd.Int64Dtype] = pa.Field(nullable=True, gt=0)
+    grid_size: Series[pd.Int64Dtype] = pa.Field(nullable=True, gt=0)
+    # measurements (microseconds)
+    latency_us: Series[float] = pa.Field(nullable=True, gt=0)
+    latency_p10_us: Series[float] = pa.Field(nullable=True, gt=0)
+    latency_p90_us: Series[float] = pa.Field(nullable=True, gt=0)
+    latency_ci_low_us: Series[float] = pa.Field(nullable=True, gt=0)
+    latency_ci_high_us: Series[float] = pa.Field(nullable=True, gt=0)
+    latency_samples: Series[pd.Int64Dtype] = pa.Field(nullable=True, ge=0)
+    baseline_name: Series[str] = pa.Field(nullable=True)
+    baseline_us: Series[float] = pa.Field(nullable=True, gt=0)
+    baseline_ci_low_us: Series[float] = pa.Field(nullable=True, gt=0)
+    baseline_ci_high_us: Series[float] = pa.Field(nullable=True, gt=0)
+    correct: Series[pd.BooleanDtype] = pa.Field(nullable=True)
+    max_rel_error: Series[float] = pa.Field(nullable=True, ge=0)
+    run_status: Series[str] = pa.Field(nullable=True)
+    run_message: Series[str] = pa.Field(nullable=True)
+    # roofline model
+    flops: Series[float] = pa.Field(nullable=True, ge=0)
+    bytes_moved: Series[float] = pa.Field(nullable=True, ge=0)
+    # profiler (Nsight Compute) evidence
+    local_spill_requests: Series[float] = pa.Field(nullable=True, ge=0)
+    local_memory_bytes: Series[float] = pa.Field(nullable=True, ge=0)
+    stall_lg_throttle_pct: Series[float] = pa.Field(nullable=True, ge=0)
+    stall_long_scoreboard_pct: Series[float] = pa.Field(nullable=True, ge=0)
+    sm_throughput_pct: Series[float] = pa.Field(nullable=True, ge=0)
+    memory_throughput_pct: Series[float] = pa.Field(nullable=True, ge=0)
+    achieved_occupancy_pct: Series[float] = pa.Field(nullable=True, ge=0)
+    ncu_occupancy_limit_registers: Series[pd.Int64Dtype] = pa.Field(nullable=True, ge=0)
+    ncu_occupancy_limit_shared_mem: Series[pd.Int64Dtype] = pa.Field(nullable=True, ge=0)
+    ncu_occupancy_limit_warps: Series[pd.Int64Dtype] = pa.Field(nullable=True, ge=0)
+    ncu_occupancy_limit_blocks: Series[pd.Int64Dtype] = pa.Field(nullable=True, ge=0)
+    # device and software
+    device_name: Series[str] = pa.Field(nullable=True)
+    compute_capability: Series[str] = pa.Field(nullable=True)
+    sm_clock_mhz: Series[float] = pa.Field(nullable=True, gt=0)
+    triton_version: Series[str] = pa.Field(nullable=True)
+    torch_version: Series[str] = pa.Field(nullable=True)
+    kernel_source_hash: Series[str] = pa.Field(nullable=True)
+    # provenance
+    source_format: Series[str] = pa.Field(str_length={"min_value": 1})
+    source_file: Series[str] = pa.Field(str_length={"min_value": 1})
+    source_row: Series[pd.Int64Dtype] = pa.Field(ge=0)
+
+    class Config:
+        coerce = True
+        strict = "filter"  # unknown columns are dropped after being reported by the caller
+
+    @pa.dataframe_check
+    def ci_brackets_median(cls, df: pd.DataFrame) -> Series[bool]:
+        """A confidence interval that excludes its own median is corrupt."""
+        lo, hi, med = df["latency_ci_low_us"], df["latency_ci_high_us"], df["latency_us"]
+        ok = (lo.isna() | hi.isna() | med.isna()) | ((lo <= med * 1.0001) & (med <= hi * 1.0001))
+        return ok
+
+    @pa.dataframe_check
+    def spill_loads_need_stores(cls, df: pd.DataFrame) -> Series[bool]:
+        """ptxas never reports spill loads without spill stores."""
+        st, ld = df["spill_stores_bytes"], df["spill_loads_bytes"]
+        return st.isna() | ld.isna() | ~((ld > 0) & (st == 0))
+
+
+COLUMNS: tuple[str, ...] = tuple(KernelRuns.to_schema().columns)
+QUARANTINE_COLUMNS = ("source_format", "source_file", "source_row", "reason", "raw_json")
+
+
+@dataclass(frozen=True)
+class Normalized:
+    """The result of validating a batch of rows."""
+
+    kernel_runs: pd.DataFrame
+    quarantine: pd.DataFrame
+
+    @property
+    def rows_in(self) -> int:
+        return len(self.kernel_runs) + len(self.quarantine)
+
+
+def _json_default(value: object) -> object:
+    if isinstance(value, float) and math.isnan(value):
+        return None
+    if pd.isna(value):  # pd.NA, NaT
+        return None
+    return str(value)
+
+
+def _raw_json(row: dict) -> str:
+    clean = {k: (None if (not isinstance(v, (list, dict)) and pd.isna(v)) else v) for k, v in row.items()}
+    return json.dumps(clean, default=_json_default, sort_keys=True)
+
+
+def empty_kernel_runs() -> pd.DataFrame:
+    return KernelRuns.validate(pd.DataFrame({c: pd.Series(dtype="object") for c in COLUMNS}))
+
+
+def empty_quarantine() -> pd.DataFrame:
+    return pd.DataFrame({c: pd.Series(dtype="object") for c in QUARANTINE_COLUMNS})
+
+
+def quarantine_row(row: dict, reason: str) -> dict:
+    return {
+        "source_format": row.get("source_format") or "unknown",
+        "source_file": row.get("source_file") or "unknown",
+        "source_row": row.get("source_row"),
+        "reason": reason,
+        "raw_json": _raw_json(row),
+    }
+
+
+def normalize(rows: list[dict]) -> Normalized:
+    """Validate rows one at a time so that each failure names its own reason.
+
+    Every row ends in exactly one of the two tables. Validation is per row
+    because a lazy whole-frame validation reports failures by index but a
+    single bad dtype makes coercion fail for the whole column.
+    """
+    good: list[dict] = []
+    bad: list[dict] = []
+    unknown_reported: set[str] = set()
+    for row in rows:
+        unknown = sorted(set(row) - set(COLUMNS) - unknown_reported)
+        unknown_reported.update(unknown)
+        frame = pd.DataFrame([{c: row.get(c) for c in COLUMNS}])
+        try:
+            KernelRuns.validate(frame, lazy=True)
+        except (pa.errors.SchemaErrors, pa.errors.SchemaError) as exc:
+            bad.append(quarantine_row(row, _reason(exc)))
+            continue
+        except (TypeError, ValueError) as exc:
+            bad.append(quarantine_row(row, f"coercion failed: {exc}"))
+            continue
+        good.append({c: row.get(c) for c in COLUMNS})
+    runs = (KernelRuns.validate(pd.DataFrame(good, columns=list(COLUMNS)))
+            if good else empty_kernel_runs())
+    quarantine = pd.DataFrame(bad, columns=list(QUARANTINE_COLUMNS)) if bad else empty_quarantine()
+    return Normalized(kernel_runs=runs.reset_index(drop=True), quarantine=quarantine)
+
+
+def _reason(exc: Exception) -> str:
+    """One line per failed check: ``column: check (value)``."""
+    cases = getattr(exc, "failure_cases", None)
+    if cases is None or len(cases) == 0:
+        return str(exc).splitlines()[0]
+    parts = []
+    for _, case in cases.iterrows():
+        column = case.get("column") or "row"
+        parts.append(f"{column}: failed {case.get('check')} (value {case.get('failure_case')!r})")
+    return "; ".join(dict.fromkeys(parts))
