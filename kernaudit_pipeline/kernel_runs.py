@@ -196,12 +196,14 @@ def normalize(rows: list[dict]) -> Normalized:
 
 
 def _reason(exc: Exception) -> str:
-    """One line per failed check: ``column: check (value)``."""
+    """One clause per failed check: ``column: check (value)``, or ``row: check``."""
     cases = getattr(exc, "failure_cases", None)
     if cases is None or len(cases) == 0:
         return str(exc).splitlines()[0]
     parts = []
     for _, case in cases.iterrows():
-        column = case.get("column") or "row"
-        parts.append(f"{column}: failed {case.get('check')} (value {case.get('failure_case')!r})")
+        if case.get("schema_context") == "DataFrameSchema":
+            parts.append(f"row: failed {case.get('check')}")
+        else:
+            parts.append(f"{case.get('column')}: failed {case.get('check')} (value {case.get('failure_case')!r})")
     return "; ".join(dict.fromkeys(parts))
