@@ -47,6 +47,9 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"kernaudit {name}: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # e.g. `kernaudit assess f.json | head`
+        sys.stderr.close()
+        return 0
 
 
 if __name__ == "__main__":

@@ -167,18 +167,45 @@ def quarantine_row(row: dict, reason: str) -> dict:
 
 
 def normalize(rows: list[dict]) -> Normalized:
-    """Validate rows one at a time so that each failure names its own reason.
+    """Validate a batch; every row ends in exactly one of the two tables.
 
-    Every row ends in exactly one of the two tables. Validation is per row
-    because a lazy whole-frame validation reports failures by index but a
-    single bad dtype makes coercion fail for the whole column.
+    The whole frame is validated lazily; rows named in the failure cases are
+    quarantined with their own reasons and the rest is validated again (a bad
+    value can hide behind a failed coercion of its column). If pandera reports
+    a failure it cannot tie to a row, the batch falls back to row-by-row.
     """
+    records = [{c: row.get(c) for c in COLUMNS} for row in rows]
+    reasons: dict[int, list[str]] = {}
+    remaining = list(range(len(records)))
+    for _ in range(4):
+        if not remaining:
+            break
+        frame = pd.DataFrame([records[i] for i in remaining], columns=list(COLUMNS), index=remaining)
+        try:
+            validated = KernelRuns.validate(frame, lazy=True)
+        except pa.errors.SchemaErrors as exc:
+            cases = exc.failure_cases
+            if cases["index"].isna().any():
+                return _normalize_row_by_row(rows)
+            for idx, group in cases.groupby("index"):
+                reasons.setdefault(int(idx), []).append(_reason_from_cases(group))
+            remaining = [i for i in remaining if i not in reasons]
+            continue
+        good = validated.reset_index(drop=True)
+        break
+    else:  # pragma: no cover - four rounds of new failures means something is badly off
+        return _normalize_row_by_row(rows)
+    if not remaining:
+        good = empty_kernel_runs()
+    bad = [quarantine_row(rows[i], "; ".join(reasons[i])) for i in sorted(reasons)]
+    quarantine = pd.DataFrame(bad, columns=list(QUARANTINE_COLUMNS)) if bad else empty_quarantine()
+    return Normalized(kernel_runs=good, quarantine=quarantine)
+
+
+def _normalize_row_by_row(rows: list[dict]) -> Normalized:
     good: list[dict] = []
     bad: list[dict] = []
-    unknown_reported: set[str] = set()
     for row in rows:
-        unknown = sorted(set(row) - set(COLUMNS) - unknown_reported)
-        unknown_reported.update(unknown)
         frame = pd.DataFrame([{c: row.get(c) for c in COLUMNS}])
         try:
             KernelRuns.validate(frame, lazy=True)
@@ -196,10 +223,14 @@ def normalize(rows: list[dict]) -> Normalized:
 
 
 def _reason(exc: Exception) -> str:
-    """One clause per failed check: ``column: check (value)``, or ``row: check``."""
     cases = getattr(exc, "failure_cases", None)
     if cases is None or len(cases) == 0:
         return str(exc).splitlines()[0]
+    return _reason_from_cases(cases)
+
+
+def _reason_from_cases(cases: pd.DataFrame) -> str:
+    """One clause per failed check: ``column: check (value)``, or ``row: check``."""
     parts = []
     for _, case in cases.iterrows():
         if case.get("schema_context") == "DataFrameSchema":
@@ -207,3 +238,26 @@ def _reason(exc: Exception) -> str:
         else:
             parts.append(f"{case.get('column')}: failed {case.get('check')} (value {case.get('failure_case')!r})")
     return "; ".join(dict.fromkeys(parts))
+
+
+STATIC_FILL_COLUMNS = (
+    "registers_per_thread", "spill_stores_bytes", "spill_loads_bytes", "stack_frame_bytes",
+    "shared_mem_static_bytes", "shared_mem_dynamic_bytes", "shared_mem_bytes", "threads_per_block",
+)
+
+
+def attach_static_resources(runs: pd.DataFrame, static: pd.DataFrame | None) -> pd.DataFrame:
+    """Fill a run's missing compile-time resources from the static audit of the
+    same (kernel, config). Measured values are never overwritten."""
+    if static is None or static.empty or runs.empty:
+        return runs
+    ok = static[static.get("status", "OK").astype(str) == "OK"] if "status" in static else static
+    keyed = ok.drop_duplicates(["kernel_name", "config_id"]).set_index(["kernel_name", "config_id"])
+    out = runs.copy()
+    index = pd.MultiIndex.from_frame(out[["kernel_name", "config_id"]].astype(object))
+    for col in STATIC_FILL_COLUMNS:
+        if col not in keyed.columns:
+            continue
+        fill = keyed[col].reindex(index).to_numpy()
+        out[col] = out[col].astype(object).where(out[col].notna(), fill)
+    return KernelRuns.validate(out)

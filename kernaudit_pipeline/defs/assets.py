@@ -1,0 +1,163 @@
+"""The asset chain. Each asset calls the library module of the same name."""
+
+
+from dataclasses import asdict
+
+import pandas as pd
+from dagster import (AssetExecutionContext, AssetOut, MaterializeResult, MetadataValue, Output, ResourceParam, asset,
+                     multi_asset)
+from dagster_mlflow.resources import MlFlow
+
+from kernaudit_pipeline import comparisons as comparisons_lib
+from kernaudit_pipeline import kernel_runs as kernel_runs_lib
+from kernaudit_pipeline import kernel_sources as kernel_sources_lib
+from kernaudit_pipeline import raw_traces as raw_traces_lib
+from kernaudit_pipeline import recommendations as recommendations_lib
+from kernaudit_pipeline import spill_diagnostics as spill_diagnostics_lib
+from kernaudit_pipeline.defs.resources import AuditSettings
+
+
+def _md_table(frame: pd.DataFrame, limit: int = 10) -> MetadataValue:
+    if frame.empty:
+        return MetadataValue.md("_none_")
+    return MetadataValue.md(frame.head(limit).to_markdown(index=False))
+
+
+@asset(group_name="sources", description="Hashes of the kernel modules in kernels/; the sensor's cursor.")
+def kernel_sources(context: AssetExecutionContext) -> pd.DataFrame:
+    frame = pd.DataFrame([asdict(s) for s in kernel_sources_lib.observe()])
+    context.add_output_metadata({"kernels": len(frame), "table": _md_table(frame)})
+    return frame
+
+
+@asset(group_name="static", description="Ahead-of-time sm_90 compile of every (kernel, config): "
+       "registers, spills, stack, shared memory. Needs no GPU.")
+def static_resources(context: AssetExecutionContext, settings: AuditSettings,
+                     kernel_sources: pd.DataFrame) -> pd.DataFrame:
+    from kernaudit_pipeline import static_resources as static_lib
+
+    if not settings.static_enabled:
+        context.log.info("static audit disabled by settings")
+        return pd.DataFrame()
+    wanted = set(settings.static_kernels)
+    results = []
+    for module in kernel_sources["module"]:
+        if wanted and module not in wanted:
+            continue
+        configs = None
+        if settings.static_max_configs:
+            from kernaudit_pipeline.kernel_spec import load_kernel_module
+
+            configs = load_kernel_module(module).CONFIGS[: settings.static_max_configs]
+        results += static_lib.audit_kernel(module, configs=configs, arch=settings.static_arch,
+                                           timeout_s=settings.static_timeout_s,
+                                           cache_dir=settings.paths().static_cache)
+    frame = static_lib.to_frame(results)
+    spilling = frame[frame.get("spill_stores_bytes", pd.Series(dtype=float)).fillna(0) > 0] if len(frame) else frame
+    context.add_output_metadata({
+        "configs_compiled": len(frame),
+        "spilling_configs": len(spilling),
+        "statuses": MetadataValue.json(frame["status"].astype(str).value_counts().to_dict() if len(frame) else {}),
+        "spills": _md_table(spilling[[c for c in ("kernel_name", "config_id", "registers_per_thread",
+                                                   "spill_stores_bytes", "shared_mem_bytes") if c in spilling]]),
+    })
+    return frame
+
+
+@asset(group_name="traces", pool="gpu", tags={"kernaudit/gpu": "true"},
+       description="GPU benchmark runs (the runner) or, without a GPU, the committed H200 sample traces "
+       "plus the synthetic tables. GPU-tagged: pool 'gpu', one step per GPU at a time.")
+def raw_traces(context: AssetExecutionContext, settings: AuditSettings) -> raw_traces_lib.RawTraces:
+    traces = raw_traces_lib.collect(settings.paths(), sources=list(settings.sources) or None,
+                                    include_synthetic=settings.include_synthetic, use_gpu=settings.use_gpu)
+    files = pd.DataFrame([asdict(f) for f in traces.files])
+    context.add_output_metadata({
+        "mode": traces.mode.value, "note": traces.mode_note, "rows": len(traces.rows),
+        "parse_quarantined": len(traces.quarantine), "files": _md_table(files, 50),
+    })
+    return traces
+
+
+@multi_asset(
+    group_name="tables",
+    outs={
+        "kernel_runs": AssetOut(description="Normalized runs, validated by the pandera KernelRuns model."),
+        "quarantine": AssetOut(description="Rows that failed parsing or validation, with the reason."),
+    },
+)
+def kernel_runs(context: AssetExecutionContext, raw_traces: raw_traces_lib.RawTraces):
+    checked = kernel_runs_lib.normalize(raw_traces.rows)
+    quarantine = pd.concat([pd.DataFrame(raw_traces.quarantine, columns=list(kernel_runs_lib.QUARANTINE_COLUMNS)),
+                            checked.quarantine], ignore_index=True)
+    rows_in = len(raw_traces.rows) + len(raw_traces.quarantine)
+    yield Output(checked.kernel_runs, "kernel_runs", metadata={
+        "rows": len(checked.kernel_runs), "rows_in": rows_in, "quarantined": len(quarantine),
+        "by_source": MetadataValue.json(checked.kernel_runs["source_format"].value_counts().to_dict()),
+    })
+    yield Output(quarantine, "quarantine", metadata={
+        "rows": len(quarantine), "reasons": _md_table(quarantine[["source_file", "source_row", "reason"]], 20),
+    })
+
+
+@asset(group_name="analysis", description="speedup = baseline_us / latency_us with a status per run "
+       "(IMPROVED, REGRESSION, NEUTRAL inside the noise band, FAILED, INCONCLUSIVE).")
+def comparisons(context: AssetExecutionContext, settings: AuditSettings, kernel_runs: pd.DataFrame,
+                static_resources: pd.DataFrame) -> pd.DataFrame:
+    runs = kernel_runs_lib.attach_static_resources(kernel_runs, static_resources)
+    frame = comparisons_lib.build_comparisons(runs, settings.noise_band)
+    worst = frame[frame["status"] == "REGRESSION"].nsmallest(5, "speedup")
+    context.add_output_metadata({
+        "statuses": MetadataValue.json(frame["status"].value_counts().to_dict()),
+        "top_regressions": _md_table(worst[["kernel_name", "shape_name", "config_id", "speedup"]]),
+    })
+    return frame
+
+
+@asset(group_name="analysis", description="Spill detection with the spill-to-stall evidence chain, "
+       "occupancy and its limiter, SRAM efficiency and roofline position.")
+def spill_diagnostics(context: AssetExecutionContext, comparisons: pd.DataFrame) -> pd.DataFrame:
+    frame = spill_diagnostics_lib.diagnose(comparisons)
+    spills = frame[frame["spill_detected"]]
+    context.add_output_metadata({
+        "spilling_rows": len(spills),
+        "top_spills": _md_table(spills.sort_values("spill_stores_bytes", ascending=False)[
+            ["kernel_name", "config_id", "registers_per_thread", "spill_stores_bytes"]]),
+    })
+    return frame
+
+
+@asset(group_name="analysis", description="Deterministic tuning rules with evidence; every proposal is "
+       "verified by recompiling it. Claude adds commentary when a key is set. All start PENDING_REVIEW.")
+def recommendations(context: AssetExecutionContext, spill_diagnostics: pd.DataFrame) -> list:
+    recs = recommendations_lib.build_recommendations(spill_diagnostics)
+    codes = pd.Series([r.code for r in recs]).value_counts().to_dict() if recs else {}
+    context.add_output_metadata({"recommendations": len(recs), "codes": MetadataValue.json(codes)})
+    return recs
+
+
+@asset(group_name="report",
+       description="Comparator dashboard (HTML), Markdown, JSON and CSV exports, logged to MLflow.")
+def audit_report(context: AssetExecutionContext, settings: AuditSettings, mlflow: ResourceParam[MlFlow],
+                 raw_traces: raw_traces_lib.RawTraces,
+                 kernel_runs: pd.DataFrame, quarantine: pd.DataFrame, spill_diagnostics: pd.DataFrame,
+                 static_resources: pd.DataFrame, recommendations: list) -> MaterializeResult:
+    from kernaudit_pipeline import audit_report as report_lib
+    from kernaudit_pipeline import tracking
+
+    inputs = report_lib.ReportInputs(
+        run_id=context.run_id, mode_note=raw_traces.mode_note, files=raw_traces.files, kernel_runs=kernel_runs,
+        quarantine=quarantine, diagnostics=spill_diagnostics, static=static_resources,
+        recommendations=recommendations, rules=raw_traces.rules,
+    )
+    out_dir = settings.paths().reports / context.run_id
+    files = report_lib.write_report(inputs, out_dir)
+    mlflow_run_id = tracking.log_audit(mlflow, inputs, files)
+    latest = settings.paths().reports / "latest"
+    latest.unlink(missing_ok=True)
+    latest.symlink_to(out_dir, target_is_directory=True)
+    return MaterializeResult(metadata={
+        "report_html": MetadataValue.path(str(files.html)),
+        "report_md": MetadataValue.path(str(files.markdown)),
+        "mlflow_run_id": mlflow_run_id,
+        "preview": MetadataValue.md(files.markdown.read_text()[:6000]),
+    })

@@ -1,0 +1,160 @@
+"""The ``raw_traces`` stage: gather every trace the audit will read.
+
+With a GPU present (and allowed), the runner times the kernels now and its
+JSONL is read back. Without one, the audit reads the committed sample traces:
+real H200 runs under ``samples/h200`` and the synthetic attention tables under
+``samples/synthetic``, and says so in the report.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from enum import StrEnum
+from pathlib import Path
+
+import pandas as pd
+
+from kernaudit_pipeline.kernel_runs import COLUMNS, quarantine_row
+from kernaudit_pipeline.settings import H200_SAMPLES_DIR, PROJECT_ROOT, SYNTHETIC_DIR, DataPaths
+
+
+class TraceMode(StrEnum):
+    GPU_RUN = "gpu_run"
+    COMMITTED_SAMPLES = "committed_samples"
+
+
+@dataclass(frozen=True)
+class FileSummary:
+    path: str
+    source_format: str
+    rows: int
+    quarantined: int
+    other_records: int = 0
+
+
+@dataclass(frozen=True)
+class RawTraces:
+    """Rows not yet validated, plus everything else the traces carried."""
+
+    mode: TraceMode
+    mode_note: str
+    rows: list[dict]
+    quarantine: list[dict]
+    files: list[FileSummary]
+    rules: list[dict] = field(default_factory=list)
+    peaks: list[dict] = field(default_factory=list)
+
+
+def display_path(path: Path) -> str:
+    """Paths in tables and reports are project-relative, never machine paths."""
+    try:
+        return str(Path(path).resolve().relative_to(PROJECT_ROOT))
+    except ValueError:
+        return Path(path).name
+
+
+def read_kernel_runs_csv(path: Path, source_format: str = "synthetic") -> tuple[list[dict], list[dict]]:
+    """A CSV already in ``kernel_runs`` columns (the synthetic tables, or a
+    previous ``kernaudit ingest`` output). Provenance is kept when present."""
+    try:
+        frame = pd.read_csv(path)
+    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
+        raise ValueError(f"{display_path(path)}: not a readable CSV ({exc})") from None
+    missing = {"kernel_name"} - set(frame.columns)
+    if missing:
+        raise ValueError(f"{display_path(path)}: not a kernel_runs table (missing {sorted(missing)})")
+    rows, bad = [], []
+    unknown = sorted(set(frame.columns) - set(COLUMNS))
+    for i, record in enumerate(frame.to_dict("records")):
+        record = {k: (None if not isinstance(v, str) and pd.isna(v) else v) for k, v in record.items()}
+        record.setdefault("source_format", source_format)
+        record["source_format"] = record.get("source_format") or source_format
+        record["source_file"] = record.get("source_file") or display_path(path)
+        record["source_row"] = i if record.get("source_row") is None else record["source_row"]
+        if unknown:
+            record = {k: v for k, v in record.items() if k not in unknown}
+        rows.append(record)
+    return rows, bad
+
+
+def gpu_available() -> bool:
+    try:
+        import torch
+    except ImportError:
+        return False
+    return bool(torch.cuda.is_available())
+
+
+def run_gpu_benchmarks(paths: DataPaths, kernels: list[str] | None = None, timeout_s: int = 3600) -> Path:
+    """Run the runner in its own process; it isolates each kernel further."""
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    out = paths.traces / f"bench-{stamp}.jsonl"
+    cmd = [sys.executable, "-m", "kernaudit_pipeline.bench.runner", "--out", str(out), *(kernels or [])]
+    subprocess.run(cmd, check=True, timeout=timeout_s, cwd=PROJECT_ROOT, env=dict(os.environ))
+    return out
+
+
+def default_sample_files(include_synthetic: bool = True) -> list[Path]:
+    files = sorted(p for p in H200_SAMPLES_DIR.glob("*") if p.is_file() and p.suffix in
+                   {".jsonl", ".csv", ".json", ".log", ".txt"} and not p.name.startswith("README"))
+    if include_synthetic:
+        files += sorted(SYNTHETIC_DIR.glob("*.csv"))
+    return files
+
+
+def collect(paths: DataPaths, *, sources: list[str] | None = None, include_synthetic: bool = True,
+            use_gpu: str = "auto", gpu_kernels: list[str] | None = None) -> RawTraces:
+    """``use_gpu``: "auto" runs the runner when a GPU is present, "never" never does."""
+    files: list[Path]
+    if sources:
+        files = [Path(s) for s in sources]
+        mode, note = TraceMode.COMMITTED_SAMPLES, "traces given explicitly: " + ", ".join(map(display_path, files))
+    elif use_gpu != "never" and gpu_available():
+        files = [run_gpu_benchmarks(paths, gpu_kernels)]
+        if include_synthetic:
+            files += sorted(SYNTHETIC_DIR.glob("*.csv"))
+        mode, note = TraceMode.GPU_RUN, "a GPU is present: the runner timed the kernels in this audit"
+    else:
+        files = default_sample_files(include_synthetic)
+        mode = TraceMode.COMMITTED_SAMPLES
+        note = ("no GPU here: this audit uses the real static compile plus the committed sample traces "
+                "(real H200 runs in samples/h200) and the synthetic attention tables (samples/synthetic, "
+                "modelled, not measured)")
+    return read_files(files, mode, note)
+
+
+def read_files(files: list[Path], mode: TraceMode, note: str) -> RawTraces:
+    rows: list[dict] = []
+    quarantine: list[dict] = []
+    summaries: list[FileSummary] = []
+    rules: list[dict] = []
+    peaks: list[dict] = []
+    other: list[Path] = []
+    for path in files:
+        if path.suffix == ".csv" and path.parent.resolve() == SYNTHETIC_DIR.resolve():
+            got, bad = read_kernel_runs_csv(path)
+            rows += got
+            quarantine += bad
+            summaries.append(FileSummary(display_path(path), "synthetic", len(got), len(bad)))
+        else:
+            other.append(path)
+    if other:
+        from kernaudit_pipeline import ingest  # parsers for real profiler formats
+
+        result = ingest.ingest_paths(other)
+        rows += list(result.rows)
+        quarantine += list(result.quarantine)
+        rules += list(getattr(result, "rules", []) or [])
+        peaks += list(getattr(result, "peaks", []) or [])
+        for s in getattr(result, "summaries", []) or []:
+            summaries.append(FileSummary(display_path(Path(s.path)), s.source_format, s.rows, s.quarantined,
+                                         getattr(s, "other_records", 0)))
+    return RawTraces(mode=mode, mode_note=note, rows=rows, quarantine=quarantine, files=summaries,
+                     rules=rules, peaks=peaks)
+
+
+__all__ = ["RawTraces", "TraceMode", "FileSummary", "collect", "read_files", "quarantine_row"]
