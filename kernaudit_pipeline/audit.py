@@ -8,7 +8,6 @@ prints where the report went.
 from __future__ import annotations
 
 import argparse
-import logging
 import os
 import shutil
 import sys
@@ -40,13 +39,12 @@ def run_audit(settings_kwargs: dict | None = None, data_dir: str | None = None, 
     from kernaudit_pipeline.defs.definitions import build_definitions
     from kernaudit_pipeline.defs.resources import AuditSettings
 
-    if quiet:
-        logging.getLogger("dagster").setLevel(logging.WARNING)
     settings = AuditSettings(data_dir=str(data_paths(data_dir).root), **(settings_kwargs or {}))
     defs = build_definitions(settings)
     job = defs.resolve_job_def("audit_job")
     with DagsterInstance.get() as instance:
-        result = job.execute_in_process(instance=instance, raise_on_error=False)
+        run_config = {"loggers": {"console": {"config": {"log_level": "WARNING" if quiet else "INFO"}}}}
+        result = job.execute_in_process(instance=instance, raise_on_error=False, run_config=run_config)
     report_dir = settings.paths().reports / result.run_id
     return result, report_dir
 

@@ -145,11 +145,11 @@ def audit_report(context: AssetExecutionContext, settings: AuditSettings, mlflow
     from kernaudit_pipeline import tracking
 
     inputs = report_lib.ReportInputs(
-        run_id=context.run_id, mode_note=raw_traces.mode_note, files=raw_traces.files, kernel_runs=kernel_runs,
+        run_id=context.run.run_id, mode_note=raw_traces.mode_note, files=raw_traces.files, kernel_runs=kernel_runs,
         quarantine=quarantine, diagnostics=spill_diagnostics, static=static_resources,
         recommendations=recommendations, rules=raw_traces.rules,
     )
-    out_dir = settings.paths().reports / context.run_id
+    out_dir = settings.paths().reports / context.run.run_id
     files = report_lib.write_report(inputs, out_dir)
     mlflow_run_id = tracking.log_audit(mlflow, inputs, files)
     latest = settings.paths().reports / "latest"

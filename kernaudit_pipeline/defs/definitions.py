@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
-from dagster import AssetSelection, Definitions, define_asset_job
-from dagster_mlflow import end_mlflow_on_run_finished
+import warnings
+
+from dagster import AssetSelection, BetaWarning, Definitions, define_asset_job
+
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore", BetaWarning)
+    from dagster_mlflow import end_mlflow_on_run_finished
 
 from kernaudit_pipeline.defs import assets, checks
 from kernaudit_pipeline.defs.resources import AuditSettings, mlflow_resource

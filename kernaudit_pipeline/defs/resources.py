@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import warnings
+
 import mlflow
-from dagster import ConfigurableResource, InitResourceContext, resource
+from dagster import BetaWarning, ConfigurableResource, InitResourceContext, resource
 from dagster_mlflow.resources import CONFIG_SCHEMA, MlFlow
 
 from kernaudit_pipeline.settings import MLFLOW_EXPERIMENT, DataPaths, data_paths
@@ -48,9 +50,9 @@ def kernaudit_mlflow(init_context: InitResourceContext) -> MlFlow:
     paths = data_paths().ensure()
     ensure_experiment(config.get("mlflow_tracking_uri") or paths.mlflow_tracking_uri,
                       paths.mlflow_artifacts.as_uri(), config["experiment_name"])
-    tracker = MlFlow(init_context)
-    # The store can be read by `mlflow ui` and by tests while the run is live.
-    return tracker
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", BetaWarning)
+        return MlFlow(init_context)
 
 
 def mlflow_resource(paths: DataPaths | None = None):

@@ -1,0 +1,154 @@
+"""kernaudit assess: the seed's starter examples exactly, and the rules beyond them."""
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from kernaudit_pipeline.assess import assess, cli
+
+ROOT = Path(__file__).resolve().parents[2]
+SEED_DIR = ROOT.parent / "shared" / "seeds"
+
+
+def _seed_examples() -> list[dict]:
+    """The starter examples straight from the seed file when it is beside the
+    checkout (as in CI), else the committed copy of the same JSON."""
+    seeds = sorted(SEED_DIR.glob("000_*.txt"))
+    if seeds:
+        text = seeds[0].read_text()
+        block = text.split("```json", 1)[1].split("```", 1)[0]
+        return json.loads(block)
+    return json.loads((ROOT / "examples" / "seed_starter.json").read_text())
+
+
+def test_seed_examples_exactly():
+    examples = _seed_examples()
+    assert len(examples) == 2
+    results = assess([e["input"] for e in examples], "seed")
+    for example, result in zip(examples, results):
+        for key, expected in example["expected_output"].items():
+            assert result[key] == expected, (key, result)
+
+
+def test_committed_copy_matches_seed():
+    committed = json.loads((ROOT / "examples" / "seed_starter.json").read_text())
+    assert committed == _seed_examples()
+
+
+def test_console_script_prints_seed_values(tmp_path):
+    examples = _seed_examples()
+    path = tmp_path / "seed.json"
+    path.write_text(json.dumps(examples))
+    proc = subprocess.run([sys.executable, "-m", "kernaudit_pipeline.cli", "assess", str(path)],
+                          capture_output=True, text=True, check=True)
+    out = json.loads(proc.stdout)
+    assert [{k: o[k] for k in e["expected_output"]} for o, e in zip(out, examples)] == \
+        [e["expected_output"] for e in examples]
+
+
+def base(**kw):
+    item = {"kernel_name": "k", "block_m": 64, "block_n": 128, "registers_per_thread": 128,
+            "spill_stores_bytes": 0, "latency_us": 10.0, "baseline_us": 10.0}
+    item.update(kw)
+    return item
+
+
+def one(**kw) -> dict:
+    return assess([base(**kw)], "t")[0]
+
+
+def test_spill_and_slower_shrinks_larger_dim():
+    r = one(spill_stores_bytes=512, latency_us=20.0)
+    assert (r["status"], r["spill_detected"], r["speedup_ratio"]) == ("REGRESSION", True, 0.5)
+    assert r["recommendation"] == "reduce_tile_size_to_64x64_to_relieve_register_pressure"
+    assert r["new_config"]["block_n"] == 64
+
+
+def test_spill_and_faster_is_improved_but_still_fixes_spill():
+    r = one(spill_stores_bytes=256, latency_us=5.0)
+    assert r["status"] == "IMPROVED" and r["spill_detected"] is True
+    assert r["recommendation"] != "adopt_configuration_for_production_profile"
+    assert r["recommendation"].endswith("_to_relieve_register_pressure")
+
+
+def test_big_accumulator_prefers_more_warps():
+    # ANCHORS: 128x256 spills at 4 warps (256 acc regs/thread) and not at 8.
+    r = one(block_m=128, block_n=256, num_warps=4, spill_stores_bytes=808, latency_us=30.0)
+    assert r["recommendation"] == "increase_num_warps_to_8_to_relieve_register_pressure"
+    assert r["new_config"]["num_warps"] == 8
+
+
+def test_clean_and_slower_keeps_baseline():
+    r = one(latency_us=12.0)
+    assert r["status"] == "REGRESSION" and r["spill_detected"] is False
+    assert r["recommendation"] == "keep_baseline_and_retune_tile_configuration"
+
+
+def test_equal_latency_is_neutral():
+    r = one(latency_us=10.0, baseline_us=10.0)
+    assert r["status"] == "NEUTRAL" and r["speedup_ratio"] == 1.0
+    assert r["recommendation"] == "keep_baseline_gain_within_noise_band"
+
+
+def test_inside_noise_band_is_neutral_outside_is_not():
+    assert one(latency_us=9.9)["status"] == "NEUTRAL"  # 1.0101x
+    assert one(latency_us=9.5)["status"] == "IMPROVED"  # 1.0526x
+
+
+@pytest.mark.parametrize("fields", [
+    {"baseline_us": None}, {"latency_us": -3.0}, {"latency_us": float("nan")},
+    {"latency_us": 0}, {"baseline_us": "fast"},
+])
+def test_invalid_inputs_are_never_improved_or_regression(fields):
+    item = base(**fields)
+    if fields.get("baseline_us", 1) is None:
+        del item["baseline_us"]
+    r = assess([item], "t")[0]
+    assert r["status"] not in ("IMPROVED", "REGRESSION", "NEUTRAL")
+    assert r["speedup_ratio"] is None or fields.get("latency_us") != -3.0
+    assert r["recommendation"] != "adopt_configuration_for_production_profile"
+
+
+def test_schema_violation_is_reported_not_hidden():
+    r = one(registers_per_thread=300, latency_us=5.0)
+    assert r["validation_errors"] and "registers_per_thread" in r["validation_errors"][0]
+    assert r["status"] == "INCONCLUSIVE"
+
+
+def test_failed_correctness_is_failed_even_when_fast():
+    r = one(latency_us=1.0, correct=False)
+    assert r["status"] == "FAILED" and r["recommendation"] == "fix_correctness_before_tuning"
+
+
+def test_bare_objects_and_wrapped_items_both_accepted(tmp_path, capsys):
+    path = tmp_path / "mixed.json"
+    path.write_text(json.dumps([base(), {"input": base(latency_us=5.0)}]))
+    assert cli([str(path), "--brief"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert [o["status"] for o in out] == ["NEUTRAL", "IMPROVED"]
+
+
+@pytest.mark.parametrize("content,needle", [
+    ("[{\"input\": ", "malformed JSON"),
+    ("{\"kernel_name\": \"k\"}", "expected a JSON array"),
+    ("[1, 2]", "item 0 is int"),
+])
+def test_bad_files_exit_nonzero_with_one_line(tmp_path, content, needle):
+    path = tmp_path / "bad.json"
+    path.write_text(content)
+    proc = subprocess.run([sys.executable, "-m", "kernaudit_pipeline.cli", "assess", str(path)],
+                          capture_output=True, text=True)
+    assert proc.returncode == 2
+    assert proc.stdout == ""
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and needle in lines[0] and "Traceback" not in proc.stderr
+
+
+def test_missing_file_is_one_line(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "kernaudit_pipeline.cli", "assess", str(tmp_path / "nope.json")],
+                          capture_output=True, text=True)
+    assert proc.returncode == 2 and re.search(r"cannot read", proc.stderr) and "Traceback" not in proc.stderr
