@@ -107,7 +107,8 @@ class Specialization:
 
 
 def config_id(config: dict) -> str:
-    """A stable, readable id: ``BM128_BN256_BK64_GM8_w8_s3``."""
+    """A stable, readable id: keys sorted, launch options last, e.g.
+    ``BK64_BM128_BN256_GM8_s3_w8``."""
     short = {"BLOCK_M": "BM", "BLOCK_N": "BN", "BLOCK_K": "BK", "GROUP_M": "GM",
              "BLOCK_D": "BD", "BLOCK_KV": "BKV", "num_warps": "w", "num_stages": "s"}
     parts = []

@@ -1,0 +1,284 @@
+"""The compile-time resource audit on real sm_90 compiles (no GPU needed).
+
+Reference figures (ANCHORS.md, tutorial-style matmul, 128x256x64, 3 stages): 4 warps give 255
+registers and spills, 8 warps give ~220 registers, no spills and 147,456 bytes of shared memory.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict
+from pathlib import Path
+
+import pytest
+
+from kernaudit_pipeline import static_resources as sr
+from kernaudit_pipeline.kernel_spec import KERNELS_DIR, Ptr, Specialization, config_id, load_kernel_module, specialize
+from kernaudit_pipeline.static_resources import CompileStatus
+
+FIXTURE = Path(__file__).parent / "fixtures" / "tiny_matmul.py"
+GEMM = KERNELS_DIR / "gemm.py"
+
+
+def _cfg(bm: int, bn: int, bk: int, warps: int, stages: int) -> dict:
+    return {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "GROUP_M": 8,
+            "num_warps": warps, "num_stages": stages}
+
+
+SMALL = _cfg(64, 64, 32, 4, 3)
+SPILL = _cfg(128, 256, 64, 4, 3)
+CLEAN = _cfg(128, 256, 64, 8, 3)
+SMEM_OVER = _cfg(128, 256, 128, 8, 3)  # 3 x (128+256) x 128 x 2 B = 288 KiB > 227 KiB
+
+
+def _tile_bytes(cfg: dict, elem_bytes: int = 2) -> int:
+    return (cfg["BLOCK_M"] + cfg["BLOCK_N"]) * cfg["BLOCK_K"] * elem_bytes
+
+
+def _numbers(r: sr.StaticResult) -> dict:
+    d = asdict(r)
+    d.pop("cached")
+    return d
+
+
+@pytest.fixture(scope="module")
+def data_dir(tmp_path_factory):
+    root = tmp_path_factory.mktemp("data")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("KERNAUDIT_DATA_DIR", str(root))
+        mp.setenv("TRITON_CACHE_DIR", str(root / "triton_cache"))  # in-process compiles
+        yield root
+
+
+@pytest.fixture(scope="module")
+def tiny(data_dir):
+    return load_kernel_module(FIXTURE)
+
+
+@pytest.fixture(scope="module")
+def tiny_results(tiny) -> dict[str, sr.StaticResult]:
+    results = sr.audit_kernel(tiny, max_workers=2, progress=False)
+    return {r.config_id: r for r in results}
+
+
+# ------------------------------------------------------------------------------------------
+# Tool-log parsing, on logs captured from Triton 3.7.1's ptxas and cuobjdump
+# ------------------------------------------------------------------------------------------
+PTXAS_LOG = """\
+ptxas info    : (C7511) Potential Performance Loss: wgmma.mma_async instructions are serialized
+ptxas info    : 0 bytes gmem
+ptxas info    : Function properties for helper_fn
+    16 bytes stack frame, 8 bytes spill stores, 4 bytes spill loads
+ptxas info    : Compiling entry function 'gemm_kernel' for 'sm_90a'
+ptxas info    : Function properties for gemm_kernel
+    792 bytes stack frame, 1992 bytes spill stores, 1480 bytes spill loads
+ptxas info    : Used 255 registers, used 1 barriers, 792 bytes cumulative stack size
+ptxas info    : Compile time = 462.601 ms
+ptxas info    : Compiling entry function 'other' for 'sm_80'
+ptxas info    : Function properties for other
+    0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads
+ptxas info    : Used 40 registers, 4096 bytes smem, 416 bytes cmem[0]
+"""
+
+RES_USAGE = """
+Resource usage:
+ Common:
+  GLOBAL:0
+ Function gemm_kernel:
+  REG:255 STACK:792 SHARED:1024 LOCAL:0 CONSTANT[0]:592 TEXTURE:0 SURFACE:0 SAMPLER:0
+"""
+
+
+def test_parse_ptxas_log_keeps_functions_apart():
+    usage = sr.parse_ptxas_log(PTXAS_LOG)
+    k = usage["gemm_kernel"]
+    assert (k.registers, k.stack_frame_bytes, k.spill_stores_bytes, k.spill_loads_bytes) == (255, 792, 1992, 1480)
+    assert k.smem_bytes is None
+    assert usage["helper_fn"].spill_stores_bytes == 8 and usage["helper_fn"].registers is None
+    assert usage["other"].registers == 40 and usage["other"].smem_bytes == 4096
+
+
+def test_parse_res_usage():
+    u = sr.parse_res_usage(RES_USAGE)["gemm_kernel"]
+    assert (u.registers, u.stack_bytes, u.shared_bytes, u.local_bytes) == (255, 792, 1024, 0)
+
+
+# ------------------------------------------------------------------------------------------
+# Real compiles
+# ------------------------------------------------------------------------------------------
+def test_known_spilling_config_spills_and_clean_ones_do_not(tiny_results):
+    spill = tiny_results[config_id(SPILL)]
+    clean = tiny_results[config_id(CLEAN)]
+    small = tiny_results[config_id(SMALL)]
+    for r in (spill, clean, small):
+        assert r.status is CompileStatus.OK, r.message
+        assert r.arch == "sm_90" and r.triton_version and len(r.kernel_source_hash) == 64
+        assert r.shared_mem_bytes == r.shared_mem_static_bytes + r.shared_mem_dynamic_bytes
+    assert spill.registers_per_thread == 255
+    assert spill.spill_stores_bytes > 0 and spill.spill_loads_bytes > 0 and spill.stack_frame_bytes > 0
+    assert spill.spills and spill.threads_per_block == 128
+    assert not clean.spills and clean.stack_frame_bytes == 0
+    assert 180 <= clean.registers_per_thread < 255  # ANCHORS: 220 with triton 3.6
+    assert clean.shared_mem_dynamic_bytes == 147_456 == 3 * _tile_bytes(CLEAN)
+    assert clean.threads_per_block == 256
+    assert not small.spills and small.registers_per_thread < 128
+    assert small.shared_mem_dynamic_bytes == 3 * _tile_bytes(SMALL)
+
+
+def test_ptxas_log_agrees_with_the_cubin(tiny):
+    """Triton's own ptxas log, a ptxas re-run on the cached PTX, and the cubin's resource usage
+    must tell the same story (on a spilling config, where there is a story to tell)."""
+    spec = specialize(tiny.KERNEL, tiny.compile_args(tiny.SHAPES[0], SPILL))
+    fresh = sr.compile_specialized(tiny.KERNEL, spec, 90, 4, 3, force=True)
+    cached = sr.compile_specialized(tiny.KERNEL, spec, 90, 4, 3)
+    assert (fresh.ptxas_log_source, cached.ptxas_log_source) == ("triton", "rerun")
+    for res in (fresh, cached):
+        assert res.ptxas.registers == res.cubin.registers == 255
+        assert res.ptxas.stack_frame_bytes == res.cubin.stack_bytes > 0
+        assert res.ptxas.spill_stores_bytes > 0
+    assert fresh.ptxas == cached.ptxas and fresh.cubin == cached.cubin
+    assert fresh.shared_mem_dynamic_bytes == cached.shared_mem_dynamic_bytes == 3 * _tile_bytes(SPILL)
+
+
+def test_specialization_matters(tiny, tiny_results):
+    """A bare signature (no divisibility, strides not constexpr 1) compiles a different kernel:
+    no cp.async pipeline, so a single stage of shared memory. Ours must be the pipelined one."""
+    args = tiny.compile_args(tiny.SHAPES[0], SMALL)
+    ours = specialize(tiny.KERNEL, args)
+    assert ours.constexprs["stride_ak"] == 1 and ours.attrs  # what the JIT would mark
+    bare_sig, bare_const = {}, {}
+    for p in tiny.KERNEL.params:
+        value = args[p.name]
+        if p.is_constexpr:
+            bare_sig[p.name], bare_const[p.name] = "constexpr", value
+        else:
+            bare_sig[p.name] = f"*{value.dtype}" if isinstance(value, Ptr) else "i32"
+    bare = sr.compile_specialized(tiny.KERNEL, Specialization(bare_sig, bare_const, {}), 90, 4, 3)
+    audited = tiny_results[config_id(SMALL)]
+    assert bare.shared_mem_dynamic_bytes == _tile_bytes(SMALL)
+    assert audited.shared_mem_dynamic_bytes == SMALL["num_stages"] * _tile_bytes(SMALL)
+    assert bare.cubin.registers != audited.registers_per_thread
+
+
+def test_cache_hit_does_not_compile(tiny, tiny_results, data_dir, monkeypatch):
+    before = sorted((data_dir / "static_cache").glob("*.json"))
+    assert len(before) == len(tiny.CONFIGS)
+
+    def no_compiles(*args, **kwargs):
+        raise AssertionError("a cache hit must not start a compile")
+
+    monkeypatch.setattr(sr, "compile_in_workers", no_compiles)
+    again = sr.audit_kernel(tiny, max_workers=2, progress=False)
+    assert all(r.cached for r in again)
+    assert not any(r.cached for r in tiny_results.values())
+    assert {r.config_id: _numbers(r) for r in again} == {k: _numbers(r) for k, r in tiny_results.items()}
+    assert sorted((data_dir / "static_cache").glob("*.json")) == before
+
+
+def test_all_shapes_compiles_each_distinct_specialization(tiny, tiny_results, data_dir):
+    rows = sr.audit_kernel(tiny, configs=[config_id(SMALL)], all_shapes=True, progress=False)
+    by_shape = {r.shape_name: r for r in rows}
+    assert list(by_shape) == ["sq1024", "odd_m", "sq2048"]
+    # sq2048 specializes like sq1024 (already cached); M=1000 loses tt.divisibility on M.
+    assert by_shape["sq1024"].cached and by_shape["sq2048"].cached
+    assert not by_shape["odd_m"].cached and by_shape["odd_m"].status is CompileStatus.OK
+    assert len(list((data_dir / "static_cache").glob("*.json"))) == len(tiny.CONFIGS) + 1
+
+
+def test_compile_error_is_recorded_and_the_sweep_goes_on(tiny, tiny_results):
+    bad = _cfg(64, 64, 8, 4, 3)  # tl.dot needs K >= 16
+    rows = sr.audit_kernel(tiny, configs=[bad, SMALL], max_workers=1, progress=False)
+    assert [r.status for r in rows] == [CompileStatus.COMPILE_ERROR, CompileStatus.OK]
+    assert "K >= 16" in rows[0].message and "\n" not in rows[0].message
+    assert rows[0].registers_per_thread is None and rows[1].cached
+
+
+def test_timeout_is_recorded_and_not_cached(tiny, tmp_path, monkeypatch):
+    monkeypatch.setenv("KERNAUDIT_DATA_DIR", str(tmp_path))  # cold caches: a real compile
+    rows = sr.audit_kernel(tiny, configs=[SMALL, CLEAN, SPILL], timeout_s=0.01, max_workers=2,
+                           progress=False)
+    assert [r.config_id for r in rows] == [config_id(c) for c in (SMALL, CLEAN, SPILL)]
+    assert all(r.status is CompileStatus.COMPILE_TIMEOUT for r in rows)
+    assert all("timeout" in r.message and r.registers_per_thread is None for r in rows)
+    assert not list((tmp_path / "static_cache").glob("*.json"))
+
+
+def test_a_dying_worker_is_recorded_not_fatal(data_dir):
+    """Workers that die on start (here: os._exit while importing the module) fail the tasks
+    with the reason instead of hanging or crashing the sweep."""
+    rows = sr.audit_kernel(FIXTURE.with_name("crashing_matmul.py"), configs=[SMALL, CLEAN],
+                           max_workers=1, progress=False)
+    assert [r.status for r in rows] == [CompileStatus.COMPILE_ERROR] * 2
+    assert all("failed to start" in r.message and "exit code 3" in r.message for r in rows)
+
+
+def test_to_frame_rows_validate_as_kernel_runs(tiny_results):
+    from kernaudit_pipeline.kernel_runs import normalize
+
+    frame = sr.to_frame(list(tiny_results.values()))
+    frame = frame.assign(source_format="static", source_file="static_cache",
+                         source_row=range(len(frame)))
+    out = normalize(frame.to_dict("records"))
+    assert len(out.quarantine) == 0
+    runs = out.kernel_runs
+    assert list(runs["block_m"]) == [c["BLOCK_M"] for c in (SMALL, SPILL, CLEAN)]
+    assert list(runs["registers_per_thread"]) == [r.registers_per_thread for r in tiny_results.values()]
+    assert list(runs["spill_stores_bytes"]) == [r.spill_stores_bytes for r in tiny_results.values()]
+    assert set(runs["compute_capability"]) == {"9.0"}
+
+
+# ------------------------------------------------------------------------------------------
+# The real bf16 GEMM in kernels/
+# ------------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def gemm_results(data_dir) -> dict[str, sr.StaticResult]:
+    rows = sr.audit_kernel("gemm_bf16", configs=[config_id(c) for c in (CLEAN, SPILL, SMEM_OVER)],
+                           max_workers=2, progress=False)
+    return {r.config_id: r for r in rows}
+
+
+def test_gemm_spills_fits_and_overflows(gemm_results):
+    gemm = load_kernel_module(GEMM)
+    clean, spill, over = (gemm_results[config_id(c)] for c in (CLEAN, SPILL, SMEM_OVER))
+    assert all(r.kernel_name == gemm.NAME and r.shape_name == gemm.SHAPES[0].name
+               for r in gemm_results.values())
+    assert clean.status is CompileStatus.OK and not clean.spills
+    assert clean.shared_mem_dynamic_bytes == 147_456
+    assert spill.status is CompileStatus.OK and spill.spills and spill.registers_per_thread == 255
+    assert over.status is CompileStatus.OUT_OF_RESOURCES
+    assert over.shared_mem_bytes > over.shared_mem_limit_bytes == 232_448
+    assert "232448" in over.message
+
+
+def test_cli_json(gemm_results, capsys):
+    rc = sr.cli(["gemm_bf16", "--json", "--configs", config_id(CLEAN)])
+    out = capsys.readouterr().out
+    assert rc == 0
+    rows = json.loads(out)
+    assert len(rows) == 1 and rows[0]["config_id"] == config_id(CLEAN)
+    assert rows[0]["status"] == "OK" and rows[0]["cached"] is True
+    assert rows[0]["shared_mem_dynamic_bytes"] == 147_456
+    assert rows[0]["registers_per_thread"] == gemm_results[config_id(CLEAN)].registers_per_thread
+
+
+def test_cli_table(gemm_results, capsys):
+    rc = sr.cli(["gemm", "--configs", f"{config_id(SPILL)},{config_id(SMEM_OVER)}"])
+    out = capsys.readouterr().out.splitlines()
+    assert rc == 0
+    assert out[0].split()[:4] == ["kernel", "config_id", "status", "regs"]
+    assert "OUT_OF_RESOURCES" in out[2]
+    assert out[-1].startswith("2 rows for sm_90: 1 ok, 1 spilling, 1 out of resources")
+
+
+@pytest.mark.parametrize("argv, needle", [
+    (["no_such_kernel"], "unknown kernel 'no_such_kernel'"),
+    (["gemm_bf16", "--configs", "BK1_nope"], "unknown config id"),
+    (["--arch", "sm_70"], "invalid choice"),
+    (["gemm_bf16", "--timeout-s", "0"], "must be positive"),
+])
+def test_cli_bad_input_is_one_line_exit_2(argv, needle, capsys):
+    assert sr.cli(argv) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    lines = captured.err.strip().splitlines()
+    assert len(lines) == 1 and needle in lines[0]
