@@ -110,7 +110,8 @@ def config_id(config: dict) -> str:
     """A stable, readable id: keys sorted, launch options last, e.g.
     ``BK64_BM128_BN256_GM8_s3_w8``."""
     short = {"BLOCK_M": "BM", "BLOCK_N": "BN", "BLOCK_K": "BK", "GROUP_M": "GM",
-             "BLOCK_D": "BD", "BLOCK_KV": "BKV", "num_warps": "w", "num_stages": "s"}
+             "BLOCK_D": "BD", "BLOCK_KV": "BKV", "PARTITION_SIZE": "PS",
+             "num_warps": "w", "num_stages": "s"}
     parts = []
     for key in sorted(config, key=lambda k: (k.startswith("num_"), k)):
         parts.append(f"{short.get(key, key)}{config[key]}")

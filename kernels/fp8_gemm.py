@@ -1,0 +1,296 @@
+"""Fused fp8 GEMM: e4m3 activations and weights, per-token and per-channel scales applied in
+the epilogue, bf16 out. This is the W8A8 "fp8 dynamic per-token" linear layer that vLLM serves.
+
+    C[m, n] = a_scale[m] * b_scale[n] * sum_k A[m, k] * B[k, n]
+
+A (M x K) is row-major with one fp32 scale per token (row). B (K x N) is column-major, i.e.
+the weight matrix W (N x K) stored row-major with one fp32 scale per output channel: Hopper's
+fp8 wgmma wants both operands K-major in shared memory, and ``torch._scaled_mm`` wants the same
+layout. The scales cost nothing in the main loop: they multiply the fp32 accumulator once,
+before the cast to bf16.
+
+Baseline: ``torch._scaled_mm`` with row-wise scales (scale_a (M, 1), scale_b (1, N)). Where it
+is missing or raises (no fp8 support, an old torch), ``baseline`` falls back to the unfused path
+a serving stack would otherwise run: dequantize both operands to bf16, then ``torch.matmul``.
+``baseline_name(device)`` says which one ran; ``BASELINE_NAME`` names the intended one.
+Reference: dequantize to fp32 and multiply in fp32.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from kernaudit_pipeline.kernel_spec import Ptr, Shape, Tolerance
+
+NAME = "fused_fp8_gemm"
+DTYPE = "fp8e4m3"
+SCALED_MM = "torch._scaled_mm"
+UNFUSED = "dequantize+torch.matmul"
+BASELINE_NAME = SCALED_MM
+FP8_MAX = 448.0  # largest finite e4m3fn value
+
+
+# --------------------------------------------------------------------------------------------
+# The kernel
+# --------------------------------------------------------------------------------------------
+@triton.jit
+def fp8_gemm_kernel(
+    a_ptr, b_ptr, c_ptr,
+    a_scale_ptr, b_scale_ptr,
+    M, N, K,
+    stride_am, stride_ak,
+    stride_bk, stride_bn,
+    stride_cm, stride_cn,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+    GROUP_M: tl.constexpr,
+):
+    # Grouped tile order, as in the bf16 GEMM: GROUP_M tile-rows share B panels in L2.
+    pid = tl.program_id(axis=0)
+    num_pid_m = tl.cdiv(M, BLOCK_M)
+    num_pid_n = tl.cdiv(N, BLOCK_N)
+    num_pid_in_group = GROUP_M * num_pid_n
+    group_id = pid // num_pid_in_group
+    first_pid_m = group_id * GROUP_M
+    group_size_m = min(num_pid_m - first_pid_m, GROUP_M)
+    pid_m = first_pid_m + ((pid % num_pid_in_group) % group_size_m)
+    pid_n = (pid % num_pid_in_group) // group_size_m
+
+    offs_am = (pid_m * BLOCK_M + tl.arange(0, BLOCK_M)) % M
+    offs_bn = (pid_n * BLOCK_N + tl.arange(0, BLOCK_N)) % N
+    offs_k = tl.arange(0, BLOCK_K)
+    a_ptrs = a_ptr + (offs_am[:, None] * stride_am + offs_k[None, :] * stride_ak)
+    b_ptrs = b_ptr + (offs_k[:, None] * stride_bk + offs_bn[None, :] * stride_bn)
+
+    # fp8 x fp8 -> fp32 on the tensor cores; nothing is dequantized inside the loop.
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for k in range(0, tl.cdiv(K, BLOCK_K)):
+        k_remaining = K - k * BLOCK_K
+        a = tl.load(a_ptrs, mask=offs_k[None, :] < k_remaining, other=0.0)
+        b = tl.load(b_ptrs, mask=offs_k[:, None] < k_remaining, other=0.0)
+        acc = tl.dot(a, b, acc)
+        a_ptrs += BLOCK_K * stride_ak
+        b_ptrs += BLOCK_K * stride_bk
+
+    # Epilogue: per-token (row) and per-channel (column) scales on the fp32 accumulator.
+    a_scale = tl.load(a_scale_ptr + offs_am)
+    b_scale = tl.load(b_scale_ptr + offs_bn)
+    acc = acc * a_scale[:, None] * b_scale[None, :]
+
+    c = acc.to(c_ptr.dtype.element_ty)
+    offs_cm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_cn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    c_ptrs = c_ptr + stride_cm * offs_cm[:, None] + stride_cn * offs_cn[None, :]
+    c_mask = (offs_cm[:, None] < M) & (offs_cn[None, :] < N)
+    tl.store(c_ptrs, c, mask=c_mask)
+
+
+KERNEL = fp8_gemm_kernel
+
+
+# --------------------------------------------------------------------------------------------
+# The launcher
+# --------------------------------------------------------------------------------------------
+_TRITON_DTYPE = {torch.float8_e4m3fn: "fp8e4nv", torch.bfloat16: "bf16", torch.float16: "fp16",
+                 torch.float32: "fp32"}
+
+
+def _ptr(t: torch.Tensor) -> Ptr:
+    return Ptr(_TRITON_DTYPE[t.dtype], aligned=t.data_ptr() % 16 == 0)
+
+
+def _grid(M: int, N: int, config: dict) -> tuple[int, ...]:
+    return (triton.cdiv(M, config["BLOCK_M"]) * triton.cdiv(N, config["BLOCK_N"]),)
+
+
+def _empty_out(inputs: dict) -> torch.Tensor:
+    a, b = inputs["a"], inputs["b"]
+    return torch.empty((a.shape[0], b.shape[1]), device=a.device, dtype=torch.bfloat16)
+
+
+def kernel_args(inputs: dict, config: dict,
+                out: torch.Tensor | None = None) -> dict[str, object]:
+    """Every ``KERNEL`` argument by name; ``launch`` and ``compile_args`` both derive from it."""
+    a, b = inputs["a"], inputs["b"]
+    M, K = a.shape
+    N = b.shape[1]
+    if out is None:
+        out = _empty_out(inputs)
+    return {
+        "a_ptr": a, "b_ptr": b, "c_ptr": out,
+        "a_scale_ptr": inputs["a_scale"], "b_scale_ptr": inputs["b_scale"],
+        "M": M, "N": N, "K": K,
+        "stride_am": a.stride(0), "stride_ak": a.stride(1),
+        "stride_bk": b.stride(0), "stride_bn": b.stride(1),
+        "stride_cm": out.stride(0), "stride_cn": out.stride(1),
+        "BLOCK_M": config["BLOCK_M"], "BLOCK_N": config["BLOCK_N"],
+        "BLOCK_K": config["BLOCK_K"], "GROUP_M": config["GROUP_M"],
+    }
+
+
+def launch(inputs: dict, config: dict, out: torch.Tensor | None = None) -> torch.Tensor:
+    args = kernel_args(inputs, config, out)
+    fp8_gemm_kernel[_grid(args["M"], args["N"], config)](
+        **args, num_warps=config["num_warps"], num_stages=config["num_stages"])
+    return args["c_ptr"]
+
+
+# --------------------------------------------------------------------------------------------
+# Inputs, baseline, reference
+# --------------------------------------------------------------------------------------------
+def _quantize_rows(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Dynamic per-row e4m3 quantization: each row's absolute max maps to 448."""
+    scale = x.abs().amax(dim=1).clamp(min=1e-12) / FP8_MAX
+    q = (x / scale[:, None]).clamp(-FP8_MAX, FP8_MAX).to(torch.float8_e4m3fn)
+    return q, scale.float()
+
+
+def make_inputs(shape: Shape, device: str, seed: int) -> dict:
+    """Activations with a spread of per-token magnitudes (0.25x..4x) and N(0, K^-1/2) weights,
+    quantized the way a serving stack quantizes them, so that C is ~N(0, 1)."""
+    M, N, K = shape["M"], shape["N"], shape["K"]
+    if torch.device(device).type == "meta":
+        w_q = torch.empty((N, K), device="meta", dtype=torch.float8_e4m3fn)
+        return {"a": torch.empty((M, K), device="meta", dtype=torch.float8_e4m3fn),
+                "b": w_q.t(),
+                "a_scale": torch.empty((M,), device="meta", dtype=torch.float32),
+                "b_scale": torch.empty((N,), device="meta", dtype=torch.float32)}
+    gen = torch.Generator(device=device).manual_seed(seed)
+    token_mag = 2.0 ** (torch.rand((M, 1), generator=gen, device=device) * 4 - 2)
+    x = torch.randn((M, K), generator=gen, device=device) * token_mag
+    w = torch.randn((N, K), generator=gen, device=device) * K ** -0.5
+    a, a_scale = _quantize_rows(x)
+    w_q, b_scale = _quantize_rows(w)
+    # B = W^T: a (K, N) view of the (N, K) row-major weight, i.e. column-major.
+    return {"a": a, "b": w_q.t(), "a_scale": a_scale, "b_scale": b_scale}
+
+
+_BASELINE_RAN: dict[str, str] = {}
+
+
+def _scaled_mm(inputs: dict) -> torch.Tensor:
+    a, b = inputs["a"], inputs["b"]
+    return torch._scaled_mm(a, b, scale_a=inputs["a_scale"].view(-1, 1),
+                            scale_b=inputs["b_scale"].view(1, -1), out_dtype=torch.bfloat16)
+
+
+def _dequantize_matmul(inputs: dict) -> torch.Tensor:
+    a_dq = (inputs["a"].to(torch.bfloat16) * inputs["a_scale"][:, None]).to(torch.bfloat16)
+    b_dq = (inputs["b"].to(torch.bfloat16) * inputs["b_scale"][None, :]).to(torch.bfloat16)
+    return torch.matmul(a_dq, b_dq)
+
+
+def baseline(inputs: dict) -> torch.Tensor:
+    """``torch._scaled_mm`` when this torch and device can run it, else dequantize + matmul.
+
+    The first failure on a device is remembered, so a timing loop never pays for the exception
+    again; ``baseline_name`` reports the path taken."""
+    device = str(inputs["a"].device)
+    if hasattr(torch, "_scaled_mm") and _BASELINE_RAN.get(device) != UNFUSED:
+        try:
+            out = _scaled_mm(inputs)
+            _BASELINE_RAN[device] = SCALED_MM
+            return out
+        except (RuntimeError, NotImplementedError, TypeError, ValueError):
+            pass
+    _BASELINE_RAN[device] = UNFUSED
+    return _dequantize_matmul(inputs)
+
+
+def baseline_name(device: str = "cuda") -> str:
+    """The baseline ``baseline`` runs on ``device``, probing with a 16x16x16 call if it has not
+    run there yet."""
+    key = str(torch.empty(0, device=device).device)  # "cuda" -> "cuda:0", as tensors report
+    if key not in _BASELINE_RAN:
+        baseline(make_inputs(Shape("probe", {"M": 16, "N": 16, "K": 16}), device, 0))
+    return _BASELINE_RAN[key]
+
+
+def reference(inputs: dict) -> torch.Tensor:
+    a = inputs["a"].float() * inputs["a_scale"][:, None]
+    b = inputs["b"].float() * inputs["b_scale"][None, :]
+    return torch.matmul(a, b)
+
+
+# The quantized operands are exact in the reference, so what remains is Hopper's fp8 wgmma
+# accumulation (reduced-precision adds inside the tensor core) and the bf16 output rounding.
+TOLERANCE = Tolerance(max_rel_l2=2e-2, atol=3e-2, rtol=3e-2)
+
+
+# --------------------------------------------------------------------------------------------
+# Roofline model and the static audit's view
+# --------------------------------------------------------------------------------------------
+def flops(shape: Shape) -> int:
+    return 2 * shape["M"] * shape["N"] * shape["K"]
+
+
+def bytes_moved(shape: Shape) -> int:
+    """fp8 A and B once, the fp32 scales once, bf16 C once."""
+    M, N, K = shape["M"], shape["N"], shape["K"]
+    return M * K + K * N + 4 * (M + N) + 2 * M * N
+
+
+def compile_args(shape: Shape, config: dict) -> dict[str, object]:
+    args = kernel_args(make_inputs(shape, "meta", 0), config)
+    return {k: _ptr(v) if isinstance(v, torch.Tensor) else v for k, v in args.items()}
+
+
+def grid(shape: Shape, config: dict) -> tuple[int, ...]:
+    return _grid(shape["M"], shape["N"], config)
+
+
+# --------------------------------------------------------------------------------------------
+# Config space and shapes
+# --------------------------------------------------------------------------------------------
+def _cfg(bm: int, bn: int, bk: int, warps: int, stages: int, group_m: int = 8) -> dict:
+    return {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "GROUP_M": group_m,
+            "num_warps": warps, "num_stages": stages}
+
+
+# Shared memory (sm_90 compiles): num_stages buffers of (BLOCK_M + BLOCK_N) * BLOCK_K bytes
+# (1-byte operands) on the wgmma path, num_stages - 1 on the mma.sync path of BLOCK_M < 64,
+# against the 227 KiB opt-in limit. With 1-byte operands BLOCK_K=128 moves
+# as many bytes per stage as BLOCK_K=64 does in bf16, so it is the natural fp8 default.
+CONFIGS: list[dict] = [
+    _cfg(128, 256, 128, 8, 3),   # 144 KiB
+    _cfg(128, 256, 128, 8, 4),   # 192 KiB
+    _cfg(256, 128, 128, 8, 3),   # 144 KiB
+    _cfg(256, 128, 128, 8, 4),   # 192 KiB
+    _cfg(128, 128, 128, 8, 4),   # 128 KiB
+    _cfg(128, 128, 128, 4, 4),   # 128 KiB
+    _cfg(128, 128, 128, 4, 5),   # 160 KiB
+    _cfg(128, 64, 128, 4, 4),    # 96 KiB
+    _cfg(64, 128, 128, 4, 5),    # 120 KiB
+    _cfg(128, 256, 64, 8, 4),    # 96 KiB
+    _cfg(64, 64, 128, 4, 4),     # 64 KiB
+    # Small-M tiles for the memory-bound decode shape (M=16).
+    _cfg(16, 64, 256, 4, 4, group_m=1),   # 60 KiB
+    _cfg(32, 64, 256, 4, 4, group_m=1),   # 72 KiB
+    _cfg(64, 64, 256, 4, 3, group_m=1),   # 96 KiB
+    # Register spills: a 128x256 fp32 accumulator on 4 warps, or 256x256 on 8 warps, needs 256
+    # registers per thread for the accumulator alone.
+    _cfg(128, 256, 128, 4, 3),   # 144 KiB
+    _cfg(256, 256, 128, 8, 3),   # 192 KiB
+    _cfg(256, 256, 128, 4, 2),   # 128 KiB, heavy spills
+    # Over the 227 KiB shared-memory opt-in limit.
+    _cfg(256, 256, 128, 8, 4),   # 256 KiB
+    _cfg(128, 256, 256, 8, 3),   # 288 KiB
+    _cfg(256, 128, 256, 8, 4),   # 384 KiB
+]
+
+_LLAMA3_8B = "llama3-8b"
+SHAPES: list[Shape] = [
+    Shape("square_8192", {"M": 8192, "N": 8192, "K": 8192},
+          label="8192^3 (ANCHORS: _scaled_mm 0.866 ms on H200)", phase="prefill"),
+    Shape("llama3_8b_qkv_prefill", {"M": 4096, "N": 6144, "K": 4096},
+          label=f"{_LLAMA3_8B} qkv_proj prefill (K,N)=(4096,6144)", phase="prefill"),
+    Shape("llama3_8b_o_prefill", {"M": 4096, "N": 4096, "K": 4096},
+          label=f"{_LLAMA3_8B} o_proj prefill (K,N)=(4096,4096)", phase="prefill"),
+    Shape("llama3_8b_gate_up_prefill", {"M": 4096, "N": 28672, "K": 4096},
+          label=f"{_LLAMA3_8B} gate_up_proj prefill (K,N)=(4096,28672)", phase="prefill"),
+    Shape("llama3_8b_down_prefill", {"M": 4096, "N": 4096, "K": 14336},
+          label=f"{_LLAMA3_8B} down_proj prefill (K,N)=(14336,4096)", phase="prefill"),
+    Shape("llama3_8b_gate_up_decode", {"M": 16, "N": 28672, "K": 4096},
+          label=f"{_LLAMA3_8B} gate_up_proj decode batch 16 (memory-bound)", phase="decode"),
+]

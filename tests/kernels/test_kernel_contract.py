@@ -1,0 +1,236 @@
+"""Every module in ``kernels/`` fulfils the contract of ``kernaudit_pipeline.kernel_spec``.
+
+The key property is that ``compile_args`` reproduces what Triton's JIT would see at launch:
+``test_specialization_matches_the_jit`` asks Triton's own launch-time specializer about the
+real arguments ``launch`` passes and compares the result with ``specialize(compile_args(...))``.
+One real sm_90 compile per kernel checks that the contract yields a working AOT compile.
+"""
+
+from __future__ import annotations
+
+import inspect
+import subprocess
+import tempfile
+from pathlib import Path
+
+import pytest
+import torch
+import triton
+from triton.backends.compiler import BaseBackend, GPUTarget
+from triton.compiler import ASTSource
+from triton.runtime.jit import JITFunction, native_specialize_impl
+
+from kernaudit_pipeline.kernel_spec import (
+    Ptr,
+    Shape,
+    Tolerance,
+    config_id,
+    kernel_files,
+    load_kernel_module,
+    specialize,
+)
+
+KERNELS = ["gemm", "fp8_gemm", "flash_attention", "paged_decode_attention"]
+REQUIRED = ("NAME", "KERNEL", "DTYPE", "BASELINE_NAME", "CONFIGS", "SHAPES", "TOLERANCE",
+            "make_inputs", "launch", "baseline", "reference", "flops", "bytes_moved",
+            "compile_args", "grid")
+SMEM_OPTIN_LIMIT_BYTES = 232_448  # sm_90: 227 KiB per block
+TRITON_DTYPE = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32",
+                torch.float8_e4m3fn: "fp8e4nv", torch.int32: "i32"}
+
+# Small shapes for the JIT cross-check: some sizes divisible by 16, some not, so both the
+# divisibility attribute and its absence are exercised.
+SMALL_SHAPES = {
+    "gemm": Shape("small", {"M": 48, "N": 72, "K": 80}),
+    "fp8_gemm": Shape("small", {"M": 48, "N": 72, "K": 80}),
+    "flash_attention": Shape("small", {"B": 2, "H": 4, "KV_H": 2, "S": 70, "D": 64}, causal=True),
+    "paged_decode_attention": Shape("small", {"B": 3, "H": 4, "KV_H": 2, "D": 64, "PAGE_SIZE": 16,
+                                              "CTX_MIN": 5, "CTX_MAX": 70}),
+}
+
+
+def _mod(name: str):
+    return load_kernel_module(name)
+
+
+def test_every_kernel_file_is_covered() -> None:
+    assert sorted(p.stem for p in kernel_files()) == sorted(KERNELS)
+
+
+@pytest.mark.parametrize("name", KERNELS)
+def test_module_declares_the_contract(name: str) -> None:
+    mod = _mod(name)
+    missing = [attr for attr in REQUIRED if not hasattr(mod, attr)]
+    assert not missing, f"{name} lacks {missing}"
+    assert isinstance(mod.KERNEL, JITFunction)
+    assert isinstance(mod.NAME, str) and mod.NAME
+    assert mod.DTYPE in {"bf16", "fp16", "fp8e4m3"}
+    assert isinstance(mod.BASELINE_NAME, str) and mod.BASELINE_NAME
+    assert isinstance(mod.TOLERANCE, Tolerance) and 0 < mod.TOLERANCE.max_rel_l2 < 0.1
+    assert mod.SHAPES and all(isinstance(s, Shape) for s in mod.SHAPES)
+    assert len({s.name for s in mod.SHAPES}) == len(mod.SHAPES)
+    for fn in ("make_inputs", "launch", "baseline", "reference", "flops", "bytes_moved",
+               "compile_args", "grid"):
+        assert callable(getattr(mod, fn))
+    assert list(inspect.signature(mod.launch).parameters)[:3] == ["inputs", "config", "out"]
+
+
+def test_kernel_names_are_unique() -> None:
+    names = [_mod(n).NAME for n in KERNELS]
+    assert len(set(names)) == len(names)
+
+
+@pytest.mark.parametrize("name", KERNELS)
+def test_config_space(name: str) -> None:
+    mod = _mod(name)
+    constexprs = {p.name for p in mod.KERNEL.params if p.is_constexpr}
+    assert 12 <= len(mod.CONFIGS) <= 24, "keep the sweep moderate"
+    ids = [config_id(c) for c in mod.CONFIGS]
+    assert len(set(ids)) == len(ids), "duplicate configs"
+    for cfg in mod.CONFIGS:
+        assert isinstance(cfg["num_warps"], int) and cfg["num_warps"] in (1, 2, 4, 8, 16), cfg
+        assert isinstance(cfg["num_stages"], int) and cfg["num_stages"] >= 1, cfg
+        tiles = {k for k in cfg if not k.startswith("num_")}
+        assert all(k.isupper() for k in tiles), cfg
+        assert tiles <= constexprs, f"{cfg} names no constexpr of {mod.KERNEL.__name__}"
+
+
+@pytest.mark.parametrize("name", KERNELS)
+def test_compile_args_name_every_parameter(name: str) -> None:
+    mod = _mod(name)
+    params = [p.name for p in mod.KERNEL.params]
+    for shape in mod.SHAPES:
+        for cfg in mod.CONFIGS:
+            args = mod.compile_args(shape, cfg)
+            assert list(args) == params, f"{shape.name} {config_id(cfg)}"
+            for key, value in cfg.items():
+                if not key.startswith("num_"):
+                    assert args[key] == value
+            spec = specialize(mod.KERNEL, args)
+            assert set(spec.signature) == set(params)
+            grid = mod.grid(shape, cfg)
+            assert grid and all(isinstance(g, int) and g > 0 for g in grid)
+
+
+@pytest.mark.parametrize("name", KERNELS)
+def test_specialization_matches_the_jit(name: str) -> None:
+    """``compile_args`` equals the arguments ``launch`` passes for real CPU tensors, and
+    Triton's launch-time specializer, given those real arguments, agrees with
+    ``specialize(compile_args)``: same types, same constexpr 1s, same divisibility marks."""
+    mod = _mod(name)
+    shape = SMALL_SHAPES[name]
+    cfg = mod.CONFIGS[0]
+    real = mod.kernel_args(mod.make_inputs(shape, "cpu", 0), cfg)
+    aot = mod.compile_args(shape, cfg)
+    for key, value in real.items():  # what launch passes, value for value
+        if isinstance(value, torch.Tensor):
+            assert aot[key] == Ptr(TRITON_DTYPE[value.dtype], aligned=value.data_ptr() % 16 == 0)
+        else:
+            assert aot[key] == value and type(aot[key]) is type(value), key
+    spec = specialize(mod.KERNEL, aot)
+    for i, param in enumerate(mod.KERNEL.params):
+        if param.is_constexpr:
+            assert spec.constexprs[param.name] == real[param.name]
+            continue
+        ty, key = native_specialize_impl(BaseBackend, real[param.name], False, True, True)
+        where = f"{name}.{param.name} = {real[param.name]!r:.60}"
+        if ty == "constexpr":
+            assert spec.signature[param.name] == "constexpr" and spec.constexprs[param.name] == key
+            continue
+        assert spec.signature[param.name] == ty, where
+        expected_attrs = BaseBackend.parse_attr(key) if isinstance(key, str) else []
+        assert spec.attrs.get((i,), []) == expected_attrs, where
+    # The cross-check is only worth something if every kind of argument turned up: an integer
+    # equal to 1 (a unit stride), one divisible by 16 and one that is not.
+    runtime = [(i, p.name) for i, p in enumerate(mod.KERNEL.params) if not p.is_constexpr]
+    ints = [(i, n) for i, n in runtime if isinstance(real[n], int)]
+    assert any(spec.signature[n] == "constexpr" for _, n in ints)
+    assert any((i,) in spec.attrs for i, n in ints if spec.signature[n] != "constexpr")
+    assert any((i,) not in spec.attrs for i, n in ints if spec.signature[n] != "constexpr")
+
+
+def test_flops_and_bytes_by_hand() -> None:
+    gemm = _mod("gemm")
+    qkv = gemm.SHAPES[0]  # M=4096 N=6144 K=4096
+    assert (qkv["M"], qkv["N"], qkv["K"]) == (4096, 6144, 4096)
+    assert gemm.flops(qkv) == 206_158_430_208      # 2·4096·6144·4096
+    assert gemm.bytes_moved(qkv) == 134_217_728    # 2 B·(4096·4096 + 4096·6144 + 4096·6144)
+
+    fp8 = _mod("fp8_gemm")
+    sq = fp8.SHAPES[0]  # 8192^3
+    assert fp8.flops(sq) == 1_099_511_627_776      # 2·8192³
+    # 2·8192² fp8 operands + 4 B·(8192 + 8192) scales + 2 B·8192² bf16 out
+    assert fp8.bytes_moved(sq) == 268_500_992
+
+    attn = _mod("flash_attention")
+    dense, causal = attn.SHAPES[0], attn.SHAPES[1]  # B4 H32 KV_H8 S4096 D128
+    assert attn.flops(dense) == 1_099_511_627_776    # 4·4·32·4096²·128
+    assert attn.flops(causal) == 549_755_813_888     # halved
+    # 2 B·(Q and O: 2·4·32·4096·128 + K and V: 2·4·8·4096·128)
+    assert attn.bytes_moved(dense) == 335_544_320
+
+    dec = _mod("paged_decode_attention")
+    b8 = dec.SHAPES[0]
+    assert dec.context_lens(b8) == [2048, 8192, 7314, 6436, 5558, 4681, 3803, 2925]  # Σ = 40957
+    assert dec.flops(b8) == 671_039_488              # 4·32·128·40957
+    # K+V: 2·8·128·2 B·40957; q+out: 2·(2·8·32·128); 2563 block-table entries and 8 lengths.
+    assert dec.bytes_moved(b8) == 167_759_872 + 131_072 + 4 * 2563 + 4 * 8
+
+
+def test_grid_by_hand() -> None:
+    gemm, fp8 = _mod("gemm"), _mod("fp8_gemm")
+    attn, dec = _mod("flash_attention"), _mod("paged_decode_attention")
+    assert gemm.grid(gemm.SHAPES[0], {"BLOCK_M": 128, "BLOCK_N": 256}) == (32 * 24,)
+    assert fp8.grid(fp8.SHAPES[0], {"BLOCK_M": 128, "BLOCK_N": 256}) == (64 * 32,)
+    assert attn.grid(attn.SHAPES[0], {"BLOCK_M": 128, "BLOCK_N": 64}) == (32, 4 * 32)
+    assert dec.grid(dec.SHAPES[0], {"BLOCK_N": 64, "PARTITION_SIZE": 512}) == (8, 8, 16)
+
+
+def test_fp8_baseline_name_reports_the_path_taken() -> None:
+    fp8 = _mod("fp8_gemm")
+    name = fp8.baseline_name("cpu")
+    assert name in (fp8.SCALED_MM, fp8.UNFUSED)
+    inputs = fp8.make_inputs(Shape("t", {"M": 32, "N": 16, "K": 64}), "cpu", 1)
+    ref = fp8.reference(inputs)
+    out = fp8.baseline(inputs)
+    assert out.dtype == torch.bfloat16
+    assert float((out.float() - ref).norm() / ref.norm()) <= fp8.TOLERANCE.max_rel_l2
+
+
+# One clean, cheap config per kernel, compiled for sm_90 at a real shape.
+CLEAN = {
+    "gemm": {"BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 32, "GROUP_M": 8,
+             "num_warps": 4, "num_stages": 3},
+    "fp8_gemm": {"BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 128, "GROUP_M": 8,
+                 "num_warps": 4, "num_stages": 4},
+    "flash_attention": {"BLOCK_M": 64, "BLOCK_N": 32, "num_warps": 4, "num_stages": 4},
+    "paged_decode_attention": {"BLOCK_N": 32, "PARTITION_SIZE": 256,
+                               "num_warps": 4, "num_stages": 5},
+}
+
+
+def _resource_usage(cubin: bytes) -> str:
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "k.cubin"
+        path.write_bytes(cubin)
+        res = subprocess.run([triton.knobs.nvidia.cuobjdump.path, "-res-usage", str(path)],
+                             capture_output=True, text=True, check=True)
+    return res.stdout
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", KERNELS)
+def test_aot_compile_for_sm90(name: str) -> None:
+    mod = _mod(name)
+    cfg = CLEAN[name]
+    assert cfg in mod.CONFIGS
+    spec = specialize(mod.KERNEL, mod.compile_args(mod.SHAPES[0], cfg))
+    src = ASTSource(fn=mod.KERNEL, signature=spec.signature, constexprs=spec.constexprs,
+                    attrs=spec.attrs)
+    ck = triton.compile(src, target=GPUTarget("cuda", 90, 32),
+                        options={"num_warps": cfg["num_warps"], "num_stages": cfg["num_stages"]})
+    assert 0 < ck.metadata.shared <= SMEM_OPTIN_LIMIT_BYTES
+    assert "mma" in ck.asm["ptx"], "no tensor-core instruction in the PTX"
+    assert "cp.async" in ck.asm["ptx"], "the global->shared pipeline is missing"
+    usage = _resource_usage(ck.asm["cubin"])
+    assert "STACK:0 " in usage, f"a clean config spilled: {usage}"

@@ -1,0 +1,152 @@
+"""Numerics of the four kernels on small shapes, run by Triton's CPU interpreter.
+
+``TRITON_INTERPRET=1`` has to be in the environment before a kernel module is imported (the
+``@triton.jit`` decorator reads it), and ``load_kernel_module`` caches modules per process.
+So the cases run in a child process (this file run as a script) with the variable set, and the
+rest of the test session keeps compiled kernels for the real AOT compiles.
+
+What the interpreter can and cannot do, and what that means here:
+
+* It cannot multiply bf16: ``tl.dot`` on bf16 multiplies the raw bit patterns
+  (triton-lang/triton#11584, "not supported yet"). The bf16 kernels (GEMM, flash attention,
+  paged decode) therefore run the *same kernel code* on fp16 operands; the bf16 path itself is
+  checked on the GPU by the runner's correctness gate.
+* fp8 e4m3 works (the interpreter widens it to fp16 for ``tl.dot``, which is exact), so the
+  fp8 GEMM runs on real e4m3 inputs. Its bf16 output cast truncates in the interpreter where
+  the GPU rounds to nearest, which roughly doubles the rounding error; still inside tolerance.
+
+Each case draws fresh inputs (the seed is printed on failure), poisons the output with NaN,
+and checks that every element was overwritten and is within the module's TOLERANCE of the
+higher-precision reference.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+
+_GEMM_CFG = {"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 32, "GROUP_M": 2,
+             "num_warps": 4, "num_stages": 2}
+_ATTN_CFG = {"BLOCK_M": 32, "BLOCK_N": 16, "num_warps": 4, "num_stages": 2}
+_ATTN_SMALL = {"B": 1, "H": 2, "KV_H": 1, "S": 64, "D": 64}
+
+CASES: dict[str, list[dict]] = {
+    "gemm": [
+        {"id": "gemm_64x64x64", "dims": {"M": 64, "N": 64, "K": 64},
+         "config": _GEMM_CFG, "dtype": "float16"},
+        # M, N not multiples of the tile (wrap-around loads, masked store), K tail masked.
+        {"id": "gemm_ragged_50x72x80", "dims": {"M": 50, "N": 72, "K": 80},
+         "config": _GEMM_CFG, "dtype": "float16"},
+        {"id": "gemm_decode_16x96x128", "dims": {"M": 16, "N": 96, "K": 128},
+         "config": {"BLOCK_M": 16, "BLOCK_N": 32, "BLOCK_K": 64, "GROUP_M": 1,
+                    "num_warps": 4, "num_stages": 2}, "dtype": "float16"},
+    ],
+    "fp8_gemm": [
+        {"id": "fp8_64x48x160", "dims": {"M": 64, "N": 48, "K": 160},
+         "config": {"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 64, "GROUP_M": 2,
+                    "num_warps": 4, "num_stages": 2}},
+        {"id": "fp8_decode_16x64x256", "dims": {"M": 16, "N": 64, "K": 256},
+         "config": {"BLOCK_M": 16, "BLOCK_N": 32, "BLOCK_K": 128, "GROUP_M": 1,
+                    "num_warps": 4, "num_stages": 2}},
+    ],
+    "flash_attention": [
+        {"id": "attn_b1_h2_kv1_s64_d64_causal", "dims": _ATTN_SMALL,
+         "causal": True, "config": _ATTN_CFG, "dtype": "float16"},
+        {"id": "attn_b1_h2_kv1_s64_d64", "dims": _ATTN_SMALL,
+         "causal": False, "config": _ATTN_CFG, "dtype": "float16"},
+        # GQA 4/2 and a sequence length that is no multiple of either block.
+        {"id": "attn_gqa_s70_d32_causal", "dims": {"B": 2, "H": 4, "KV_H": 2, "S": 70, "D": 32},
+         "causal": True, "config": _ATTN_CFG, "dtype": "float16"},
+        {"id": "attn_gqa_s70_d32", "dims": {"B": 2, "H": 4, "KV_H": 2, "S": 70, "D": 32},
+         "causal": False, "config": _ATTN_CFG, "dtype": "float16"},
+    ],
+    "paged_decode_attention": [
+        # Two sequences of 1 and 100 tokens: a one-token context and a split context.
+        {"id": "decode_b2_ctx1_100", "dims": {"B": 2, "H": 8, "KV_H": 1, "D": 64, "PAGE_SIZE": 16,
+                                              "CTX_MIN": 1, "CTX_MAX": 100},
+         "config": {"BLOCK_N": 32, "PARTITION_SIZE": 64, "num_warps": 4, "num_stages": 2},
+         "dtype": "float16"},
+        # Blocks span several 8-token pages; up to three partitions per sequence.
+        {"id": "decode_b3_pages8_ctx5_70", "dims": {"B": 3, "H": 4, "KV_H": 2, "D": 32,
+                                                    "PAGE_SIZE": 8, "CTX_MIN": 5, "CTX_MAX": 70},
+         "config": {"BLOCK_N": 16, "PARTITION_SIZE": 32, "num_warps": 4, "num_stages": 2},
+         "dtype": "float16"},
+    ],
+}
+
+SEED = random.SystemRandom().randrange(2**31)
+
+
+def _measure(kernel: str, seed: int) -> None:
+    """Child process: run every case of ``kernel`` and print one JSON line per case."""
+    assert os.environ.get("TRITON_INTERPRET") == "1", "run with TRITON_INTERPRET=1"
+    import torch
+
+    from kernaudit_pipeline.kernel_spec import Shape, load_kernel_module
+
+    mod = load_kernel_module(kernel)
+    tol = mod.TOLERANCE
+    for i, case in enumerate(CASES[kernel]):
+        shape = Shape(case["id"], case["dims"], causal=case.get("causal"))
+        kwargs = {"dtype": getattr(torch, case["dtype"])} if "dtype" in case else {}
+        inputs = mod.make_inputs(shape, "cpu", seed + i, **kwargs)
+        ref = mod.reference(inputs).float()
+        poisoned = torch.full_like(mod.baseline(inputs), float("nan"))
+        out = mod.launch(inputs, case["config"], out=poisoned)
+        diff = out.float() - ref
+        print(json.dumps({
+            "id": case["id"],
+            "in_place": out.data_ptr() == poisoned.data_ptr(),
+            "out_dtype": str(out.dtype),
+            "nan_count": int(torch.isnan(out).sum()),
+            "rel_l2": float(diff.norm() / ref.norm()),
+            "max_excess": float((diff.abs() - (tol.atol + tol.rtol * ref.abs())).max()),
+        }), flush=True)
+
+
+_RESULTS: dict[str, dict[str, dict]] = {}
+
+
+def _results(kernel: str) -> dict[str, dict]:
+    if kernel not in _RESULTS:
+        env = {**os.environ, "TRITON_INTERPRET": "1",
+               "PYTHONPATH": os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH"))
+                                             if p)}
+        proc = subprocess.run([sys.executable, __file__, kernel, str(SEED)], cwd=REPO, env=env,
+                              capture_output=True, text=True, timeout=600)
+        assert proc.returncode == 0, f"{kernel} (seed {SEED}):\n{proc.stderr[-4000:]}"
+        _RESULTS[kernel] = {r["id"]: r for r in map(json.loads, proc.stdout.splitlines())}
+    return _RESULTS[kernel]
+
+
+@pytest.mark.parametrize(("kernel", "case_id"),
+                         [(k, c["id"]) for k, cases in CASES.items() for c in cases])
+def test_kernel_matches_reference_under_interpreter(kernel: str, case_id: str) -> None:
+    from kernaudit_pipeline.kernel_spec import load_kernel_module
+
+    tol = load_kernel_module(kernel).TOLERANCE
+    r = _results(kernel)[case_id]
+    where = f"{kernel}/{case_id} seed={SEED}"
+    assert r["in_place"], f"{where}: launch(out=...) did not return the buffer it was given"
+    assert r["nan_count"] == 0, f"{where}: {r['nan_count']} poisoned elements never written"
+    assert r["rel_l2"] <= tol.max_rel_l2, f"{where}: rel L2 {r['rel_l2']:.3g} > {tol.max_rel_l2}"
+    assert r["max_excess"] <= 0.0, (
+        f"{where}: an element exceeds atol={tol.atol} + rtol={tol.rtol}·|ref| by "
+        f"{r['max_excess']:.3g}")
+
+
+def test_fp8_kernel_keeps_bf16_output() -> None:
+    r = _results("fp8_gemm")["fp8_64x48x160"]
+    assert r["out_dtype"] == "torch.bfloat16"
+
+
+if __name__ == "__main__":
+    _measure(sys.argv[1], int(sys.argv[2]))
