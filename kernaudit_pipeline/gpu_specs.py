@@ -1,0 +1,241 @@
+"""Read-only GPU specification table: per-SM resources and DENSE peak rates.
+
+Peaks are the vendors' dense figures (the datasheets print the 2:4-sparse
+number first for tensor cores; those are halved here). SM resources are the
+CUDA occupancy calculator's (``cuda_occupancy.h``) and the CUDA C
+Programming Guide's "Technical Specifications per Compute Capability" table.
+Where a figure was read off a real device by this project, the comment says
+so. An unknown GPU is ``None``: callers say "unknown GPU" and still compute
+everything that needs no spec.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Mapping
+
+KIB = 1024
+MB = 1_000_000
+
+
+@dataclass(frozen=True)
+class SMResources:
+    """What one SM of a compute capability offers; all an occupancy calculation needs."""
+
+    compute_capability: str
+    regs_per_sm: int = 65_536
+    regs_per_block: int = 65_536
+    max_regs_per_thread: int = 255
+    reg_alloc_unit: int = 256  # registers are allocated per warp in units of 256
+    sub_partitions: int = 4  # register file split over 4 schedulers (SMSPs)
+    warp_size: int = 32
+    max_warps_per_sm: int = 64
+    max_blocks_per_sm: int = 32
+    max_threads_per_block: int = 1024
+    smem_per_sm_bytes: int = 228 * KIB
+    smem_per_block_optin_bytes: int = 227 * KIB
+    smem_per_block_default_bytes: int = 48 * KIB
+    smem_reserved_per_block_bytes: int = 1 * KIB  # the driver's reserve, CC >= 8.0
+    smem_alloc_granule_bytes: int = 128
+    # Shared-memory carveouts the driver may configure per SM (KiB), smallest first.
+    smem_carveouts_kib: tuple[int, ...] = (0, 8, 16, 32, 64, 100, 132, 164, 196, 228)
+
+
+# CUDA C Programming Guide, "Technical Specifications per Compute Capability" and
+# cuda_occupancy.h (CUDA 13.0): CC 8.0 has 164 KB smem/SM (163 KB opt-in per block),
+# CC 8.9 has 100 KB/SM (99 KB opt-in), 48 warps and 24 blocks per SM; CC 9.0 and 10.0
+# have 228 KB/SM (227 KB opt-in), 64 warps and 32 blocks per SM.
+SM_RESOURCES: Mapping[str, SMResources] = MappingProxyType({
+    "8.0": SMResources("8.0", smem_per_sm_bytes=164 * KIB, smem_per_block_optin_bytes=163 * KIB,
+                       smem_carveouts_kib=(0, 8, 16, 32, 64, 100, 132, 164)),
+    "8.9": SMResources("8.9", max_warps_per_sm=48, max_blocks_per_sm=24,
+                       smem_per_sm_bytes=100 * KIB, smem_per_block_optin_bytes=99 * KIB,
+                       smem_carveouts_kib=(0, 8, 16, 32, 64, 100)),
+    # Read off an H200 by ncu 2025.3.1 (device__attribute_*): 65,536 registers, 64 warps,
+    # 32 blocks, 233,472 B smem per SM, 232,448 B opt-in per block, 1,024 B driver reserve.
+    "9.0": SMResources("9.0"),
+    "10.0": SMResources("10.0"),
+})
+
+
+class Dtype:
+    """Canonical dtype names of the peak table."""
+
+    BF16 = "bf16"
+    FP16 = "fp16"
+    FP8 = "fp8"
+    TF32 = "tf32"
+    FP32 = "fp32"
+
+
+_DTYPE_ALIASES = {
+    "bf16": Dtype.BF16, "bfloat16": Dtype.BF16, "torch.bfloat16": Dtype.BF16,
+    "fp16": Dtype.FP16, "float16": Dtype.FP16, "half": Dtype.FP16, "torch.float16": Dtype.FP16,
+    "fp8": Dtype.FP8, "fp8e4m3": Dtype.FP8, "fp8e4nv": Dtype.FP8, "fp8e5": Dtype.FP8,
+    "fp8e5m2": Dtype.FP8, "float8_e4m3fn": Dtype.FP8, "float8_e5m2": Dtype.FP8,
+    "e4m3": Dtype.FP8, "e5m2": Dtype.FP8, "torch.float8_e4m3fn": Dtype.FP8,
+    "tf32": Dtype.TF32, "fp32": Dtype.FP32, "float32": Dtype.FP32, "float": Dtype.FP32,
+    "torch.float32": Dtype.FP32,
+}
+
+
+def canonical_dtype(dtype: object) -> str | None:
+    """``"fp8e4m3"`` -> ``"fp8"``; None for anything the peak table does not know."""
+    if dtype is None:
+        return None
+    key = str(dtype).strip().lower()
+    return _DTYPE_ALIASES.get(key)
+
+
+@dataclass(frozen=True)
+class GPUSpec:
+    name: str
+    compute_capability: str
+    sm_count: int
+    l2_bytes: int
+    mem_bandwidth_bytes_per_s: float
+    # Dense tensor-core peaks (fp32: the non-tensor FMA rate), TFLOP/s. A dtype the chip
+    # has no tensor path for is absent (A100 has no fp8).
+    peak_tflops: Mapping[str, float]
+    aliases: tuple[str, ...] = ()
+
+    @property
+    def sm(self) -> SMResources:
+        return SM_RESOURCES[self.compute_capability]
+
+    # Flat accessors: the recommendation rules read these names.
+    @property
+    def regs_per_sm(self) -> int:
+        return self.sm.regs_per_sm
+
+    @property
+    def max_regs_per_thread(self) -> int:
+        return self.sm.max_regs_per_thread
+
+    @property
+    def max_warps_per_sm(self) -> int:
+        return self.sm.max_warps_per_sm
+
+    @property
+    def max_blocks_per_sm(self) -> int:
+        return self.sm.max_blocks_per_sm
+
+    @property
+    def smem_per_sm_bytes(self) -> int:
+        return self.sm.smem_per_sm_bytes
+
+    @property
+    def smem_per_block_optin_bytes(self) -> int:
+        return self.sm.smem_per_block_optin_bytes
+
+    @property
+    def smem_reserved_per_block_bytes(self) -> int:
+        return self.sm.smem_reserved_per_block_bytes
+
+    @property
+    def mem_bandwidth_gb_per_s(self) -> float:
+        return self.mem_bandwidth_bytes_per_s / 1e9
+
+    def peak_tflops_for(self, dtype: object) -> float | None:
+        key = canonical_dtype(dtype)
+        return None if key is None else self.peak_tflops.get(key)
+
+
+def _peaks(**kw: float) -> Mapping[str, float]:
+    return MappingProxyType(dict(kw))
+
+
+SPECS: Mapping[str, GPUSpec] = MappingProxyType({
+    # NVIDIA A100 Tensor Core GPU datasheet (SXM4 80GB): FP16/BF16 312 TFLOPS dense
+    # (624 sparse), TF32 156 (312 sparse), FP32 19.5, HBM2e 2,039 GB/s; 40 MB L2, 108 SMs
+    # (A100 whitepaper). No fp8.
+    "A100-SXM4-80GB": GPUSpec(
+        "A100-SXM4-80GB", "8.0", sm_count=108, l2_bytes=40 * KIB * KIB,
+        mem_bandwidth_bytes_per_s=2_039e9,
+        peak_tflops=_peaks(bf16=312.0, fp16=312.0, tf32=156.0, fp32=19.5),
+        aliases=("NVIDIA A100-SXM4-80GB", "A100 SXM4 80GB", "A100-SXM-80GB")),
+    # NVIDIA H100 datasheet (SXM5): FP16/BF16 1,979 TFLOPS and FP8 3,958 "with sparsity",
+    # so dense 989.4 and 1,978.9; TF32 494.7 dense; FP32 67; HBM3 3.35 TB/s; 50 MB L2
+    # (H100 whitepaper), 132 SMs.
+    "H100-SXM5-80GB": GPUSpec(
+        "H100-SXM5-80GB", "9.0", sm_count=132, l2_bytes=50 * KIB * KIB,
+        mem_bandwidth_bytes_per_s=3.35e12,
+        peak_tflops=_peaks(bf16=989.4, fp16=989.4, fp8=1978.9, tf32=494.7, fp32=67.0),
+        aliases=("NVIDIA H100 80GB HBM3", "NVIDIA H100 SXM5 80GB", "H100 SXM5", "H100-SXM")),
+    # NVIDIA H200 datasheet (SXM): same GH100 compute as H100 SXM (BF16 1,979 / FP8 3,958
+    # sparse -> 989 / 1,979 dense), HBM3e 4.8 TB/s. Read off this project's H200 by ncu
+    # 2025.3.1: 132 SMs, device__attribute_l2_cache_size 62,914,560 B (60 MiB).
+    "H200-SXM-141GB": GPUSpec(
+        "H200-SXM-141GB", "9.0", sm_count=132, l2_bytes=60 * KIB * KIB,
+        mem_bandwidth_bytes_per_s=4.8e12,
+        peak_tflops=_peaks(bf16=989.4, fp16=989.4, fp8=1978.9, tf32=494.7, fp32=67.0),
+        aliases=("NVIDIA H200", "NVIDIA H200 SXM 141GB", "H200 SXM", "H200")),
+    # NVIDIA L40S datasheet: FP16/BF16 362.05 TFLOPS dense (733 sparse), FP8 733 dense
+    # (1,466 sparse), TF32 183 dense (366 sparse), FP32 91.6; GDDR6 864 GB/s; 142 SMs;
+    # 96 MB L2 (Ada whitepaper, AD102).
+    "L40S": GPUSpec(
+        "L40S", "8.9", sm_count=142, l2_bytes=96 * KIB * KIB,
+        mem_bandwidth_bytes_per_s=864e9,
+        peak_tflops=_peaks(bf16=362.05, fp16=362.05, fp8=733.0, tf32=183.0, fp32=91.6),
+        aliases=("NVIDIA L40S",)),
+    # NVIDIA HGX B200 datasheet (per GPU): FP8 9 PFLOPS and FP16/BF16 4.5 PFLOPS with
+    # sparsity -> 4,500 / 2,250 dense; TF32 2.2 PF sparse -> 1,100 dense; FP32 75 TFLOPS;
+    # HBM3e 7.7 TB/s (HGX B200 figure). 148 SMs. L2 126 MB is the device-query figure
+    # published for B200, not a datasheet line.
+    "B200": GPUSpec(
+        "B200", "10.0", sm_count=148, l2_bytes=126 * KIB * KIB,
+        mem_bandwidth_bytes_per_s=7.7e12,
+        peak_tflops=_peaks(bf16=2250.0, fp16=2250.0, fp8=4500.0, tf32=1100.0, fp32=75.0),
+        aliases=("NVIDIA B200",)),
+})
+
+
+def _norm(name: str) -> str:
+    text = name.strip().lower().replace("_", " ").replace("-", " ")
+    text = re.sub(r"\bnvidia\b", " ", text)
+    return re.sub(r"\s+", " ", text).strip()
+
+
+_INDEX: Mapping[str, str] = MappingProxyType({
+    _norm(alias): key for key, spec in SPECS.items() for alias in (key, *spec.aliases)
+})
+
+
+def lookup(device_name: object) -> GPUSpec | None:
+    """A spec by torch's device name, ncu's display name, or this table's key.
+
+    Exact (normalized) names only: an H100 PCIe (114 SMs) must not pass for an H100 SXM.
+    """
+    if device_name is None:
+        return None
+    text = str(device_name)
+    if not text.strip() or text.strip().lower() == "nan":
+        return None
+    key = _INDEX.get(_norm(text))
+    return None if key is None else SPECS[key]
+
+
+def sm_resources(compute_capability: object) -> SMResources | None:
+    """Per-SM resources by compute capability ("9.0", "90", "sm_90a", 9.0)."""
+    if compute_capability is None:
+        return None
+    text = str(compute_capability).strip().lower().removeprefix("sm_").rstrip("a").rstrip("f")
+    if not text or text == "nan":
+        return None
+    if "." not in text and text.isdigit() and len(text) >= 2:
+        text = f"{text[:-1]}.{text[-1]}"
+    try:
+        text = f"{float(text):.1f}"
+    except ValueError:
+        return None
+    return SM_RESOURCES.get(text)
+
+
+def resources_for(device_name: object = None, compute_capability: object = None) -> SMResources | None:
+    """SM resources from the device when known, else from the compute capability."""
+    spec = lookup(device_name)
+    if spec is not None:
+        return spec.sm
+    return sm_resources(compute_capability)
