@@ -38,6 +38,7 @@ from jinja2 import Environment, PackageLoader, StrictUndefined
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from kernaudit_pipeline.best_config import best_configs
+from kernaudit_pipeline.comparisons import _num
 from kernaudit_pipeline.recommendations import (
     Action, AdvisorSuggestion, Evidence, Recommendation, Rule, Source, VerificationState, config_label,
     device_limits, group_key, rec_id_for, shape_dims,
@@ -262,7 +263,7 @@ def _env() -> Environment:
 
 
 def _priority(row: pd.Series, best_cfgs: set[tuple]) -> tuple:
-    spill = any(float(row.get(c) or 0) > 0 for c in ("spill_stores_bytes", "spill_loads_bytes")
+    spill = any((_num(row.get(c)) or 0.0) > 0 for c in ("spill_stores_bytes", "spill_loads_bytes")
                 if pd.notna(row.get(c)))
     is_best = (group_key(row), tuple(sorted(_row_cfg(row).items()))) in best_cfgs
     lat = row.get("latency_us")

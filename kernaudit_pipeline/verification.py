@@ -27,7 +27,7 @@ from typing import Any
 
 import pandas as pd
 
-from kernaudit_pipeline.comparisons import DEFAULT_NOISE_BAND
+from kernaudit_pipeline.comparisons import DEFAULT_NOISE_BAND, _num
 from kernaudit_pipeline.kernel_spec import Shape, config_id
 from kernaudit_pipeline.recommendations import (
     Action, Recommendation, Rule, Source, StaticSnapshot, VerificationState,
@@ -275,7 +275,7 @@ class FrameIndex:
         found = exact or found
         if not found:
             return None
-        return max(found, key=lambda r: (is_timed_ok(r), float(r.get("latency_samples") or 0)))
+        return max(found, key=lambda r: (is_timed_ok(r), _num(r.get("latency_samples")) or 0.0))
 
 
 def measured_verdict(rec: Recommendation, before: pd.Series | None, after: pd.Series | None,
@@ -288,7 +288,7 @@ def measured_verdict(rec: Recommendation, before: pd.Series | None, after: pd.Se
     ci_before = _ci(before) if s_before is not None else None
     fields.update(measured_speedup_after=s_after, measured_speedup_after_ci=ci_after,
                   measured_speedup_before=s_before, measured_speedup_before_ci=ci_before,
-                  measured_source=str(after.get("source_format") or "") or None)
+                  measured_source=str(after.get("source_format")) if pd.notna(after.get("source_format")) else None)
     if str(after.get("source_format")) == "synthetic":
         return V.UNVERIFIED, (f"speedup {s_after:.2f}x is modelled by the synthetic generator, "
                               "not measured"), fields

@@ -128,11 +128,25 @@ def spill_diagnostics(context: AssetExecutionContext, comparisons: pd.DataFrame)
 
 @asset(group_name="analysis", description="Deterministic tuning rules with evidence; every proposal is "
        "verified by recompiling it. Claude adds commentary when a key is set. All start PENDING_REVIEW.")
-def recommendations(context: AssetExecutionContext, spill_diagnostics: pd.DataFrame) -> list:
-    recs = recommendations_lib.build_recommendations(spill_diagnostics)
-    codes = pd.Series([r.code for r in recs]).value_counts().to_dict() if recs else {}
-    context.add_output_metadata({"recommendations": len(recs), "codes": MetadataValue.json(codes)})
-    return recs
+def recommendations(context: AssetExecutionContext, settings: AuditSettings, spill_diagnostics: pd.DataFrame):
+    from kernaudit_pipeline import advisor, review
+    from kernaudit_pipeline.verification import VerifySettings
+
+    paths = settings.paths()
+    verify = VerifySettings(timeout_s=settings.static_timeout_s, cache_dir=paths.static_cache,
+                            noise_band=settings.noise_band,
+                            max_compiles=None if settings.static_enabled else 0)
+    advice = advisor.AdvisorSettings.from_env(enabled=settings.advisor != "off")
+    result = advisor.recommendations_stage(spill_diagnostics, verify_settings=verify, advisor_settings=advice)
+    store = review.save_recommendations(list(result.recommendations), paths.root)
+    recs = list(result.recommendations)
+    codes = pd.Series([r.code for r in recs]).value_counts().head(15).to_dict() if recs else {}
+    states = pd.Series([str(r.verification.state) for r in recs]).value_counts().to_dict() if recs else {}
+    context.add_output_metadata({
+        "recommendations": len(recs), "advisor": result.note(), "codes": MetadataValue.json(codes),
+        "verification": MetadataValue.json(states), "store": MetadataValue.path(str(store)),
+    })
+    return result
 
 
 @asset(group_name="report",
@@ -140,18 +154,22 @@ def recommendations(context: AssetExecutionContext, spill_diagnostics: pd.DataFr
 def audit_report(context: AssetExecutionContext, settings: AuditSettings, mlflow: ResourceParam[MlFlow],
                  raw_traces: raw_traces_lib.RawTraces,
                  kernel_runs: pd.DataFrame, quarantine: pd.DataFrame, spill_diagnostics: pd.DataFrame,
-                 static_resources: pd.DataFrame, recommendations: list) -> MaterializeResult:
+                 static_resources: pd.DataFrame, recommendations) -> MaterializeResult:
     from kernaudit_pipeline import audit_report as report_lib
     from kernaudit_pipeline import tracking
 
     inputs = report_lib.ReportInputs(
         run_id=context.run.run_id, mode_note=raw_traces.mode_note, files=raw_traces.files, kernel_runs=kernel_runs,
         quarantine=quarantine, diagnostics=spill_diagnostics, static=static_resources,
-        recommendations=recommendations, rules=raw_traces.rules,
+        recommendations=list(recommendations.recommendations), rules=raw_traces.rules,
+        advisor_note=recommendations.note(),
     )
     out_dir = settings.paths().reports / context.run.run_id
     files = report_lib.write_report(inputs, out_dir)
     mlflow_run_id = tracking.log_audit(mlflow, inputs, files)
+    mlflow.log_params(recommendations.mlflow_params())
+    mlflow.log_metrics(recommendations.mlflow_metrics())
+    mlflow.set_tags(recommendations.mlflow_tags())
     latest = settings.paths().reports / "latest"
     latest.unlink(missing_ok=True)
     latest.symlink_to(out_dir, target_is_directory=True)
