@@ -1,0 +1,69 @@
+"""The GPU spec table: read-only, dense peaks, lookups by torch's and ncu's device names."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from kernaudit_pipeline.gpu_specs import SPECS, canonical_dtype, lookup, resources_for, sm_resources
+
+
+@pytest.mark.parametrize("name, key", [
+    ("NVIDIA H200", "H200-SXM-141GB"),  # torch.cuda.get_device_name and ncu's display name
+    ("NVIDIA H100 80GB HBM3", "H100-SXM5-80GB"),
+    ("NVIDIA A100-SXM4-80GB", "A100-SXM4-80GB"),
+    ("NVIDIA L40S", "L40S"),
+    ("NVIDIA B200", "B200"),
+    ("h200-sxm-141gb", "H200-SXM-141GB"),
+])
+def test_lookup_by_device_names(name, key):
+    spec = lookup(name)
+    assert spec is not None and spec.name == key
+
+
+@pytest.mark.parametrize("name", ["NVIDIA H100 PCIe", "NVIDIA GeForce RTX 4090", "", None, float("nan")])
+def test_unknown_gpus_are_none(name):
+    assert lookup(name) is None
+
+
+def test_table_is_read_only():
+    with pytest.raises(TypeError):
+        SPECS["X"] = SPECS["L40S"]  # type: ignore[index]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        SPECS["L40S"].sm_count = 1  # type: ignore[misc]
+    with pytest.raises(TypeError):
+        SPECS["L40S"].peak_tflops["bf16"] = 1.0  # type: ignore[index]
+
+
+def test_required_gpus_and_fields():
+    assert {"A100-SXM4-80GB", "H100-SXM5-80GB", "H200-SXM-141GB", "L40S", "B200"} <= set(SPECS)
+    for spec in SPECS.values():
+        assert spec.sm_count > 0 and spec.l2_bytes > 0 and spec.mem_bandwidth_bytes_per_s > 1e11
+        assert spec.regs_per_sm == 65_536 and spec.max_regs_per_thread == 255
+        assert spec.sm.reg_alloc_unit == 256 and spec.sm.smem_reserved_per_block_bytes == 1024
+        assert spec.sm.smem_alloc_granule_bytes == 128
+        assert spec.smem_per_block_optin_bytes < spec.smem_per_sm_bytes
+        assert {"bf16", "fp16", "tf32", "fp32"} <= set(spec.peak_tflops)
+
+
+def test_peaks_are_dense_not_sparse():
+    h200, h100 = lookup("NVIDIA H200"), lookup("NVIDIA H100 80GB HBM3")
+    assert h200.peak_tflops_for("bf16") == pytest.approx(989, rel=0.01)
+    assert h200.peak_tflops_for("fp8e4m3") == pytest.approx(1979, rel=0.01)
+    assert h100.peak_tflops_for("fp16") == pytest.approx(989, rel=0.01)  # not the 1,979 sparse figure
+    # the measured cuBLAS rate (ANCHORS: 701 TFLOP/s bf16) must sit under the dense peak
+    assert 701 < h200.peak_tflops_for("bf16")
+    assert lookup("NVIDIA A100-SXM4-80GB").peak_tflops_for("fp8") is None  # no fp8 on Ampere
+    assert h200.smem_per_sm_bytes == 233_472 and h200.smem_per_block_optin_bytes == 232_448
+    assert h200.sm_count == 132 and h200.l2_bytes == 62_914_560  # ncu device attributes on the H200
+
+
+def test_sm_resources_by_compute_capability():
+    assert sm_resources("sm_90a").max_blocks_per_sm == 32
+    assert sm_resources("90") is sm_resources("9.0") is sm_resources(9.0)
+    assert sm_resources("8.9").max_warps_per_sm == 48
+    assert sm_resources("7.5") is None and sm_resources(None) is None
+    assert resources_for("NVIDIA L40S", "9.0").compute_capability == "8.9"  # the device wins
+    assert resources_for("unknown card", "9.0").compute_capability == "9.0"
+    assert canonical_dtype("fp8e4nv") == "fp8" and canonical_dtype("int4") is None

@@ -1,0 +1,81 @@
+"""``kernaudit ingest`` as a command: output tables, summary lines, one-line errors."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from kernaudit_pipeline.ingest import cli
+from kernaudit_pipeline.kernel_runs import COLUMNS, QUARANTINE_COLUMNS
+
+FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
+
+
+def test_cli_writes_tables_and_summarises(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(FIXTURES.parent.parent)  # relative paths as a user types them
+    rel = [str((FIXTURES / n).relative_to(Path.cwd())) for n in
+           ("ncu_raw_garbled.csv", "ncu_details_garbled.csv", "runner_bad.jsonl", "seed_bad.json")]
+    rc = cli([*rel, "--out", str(tmp_path / "out")])
+    out = capsys.readouterr().out
+    assert rc == 0
+    runs = pd.read_csv(tmp_path / "out" / "kernel_runs.csv")
+    quarantine = pd.read_csv(tmp_path / "out" / "quarantine.csv")
+    rules = pd.read_csv(tmp_path / "out" / "ncu_rules.csv")
+    assert list(runs.columns) == list(COLUMNS) and list(quarantine.columns) == list(QUARANTINE_COLUMNS)
+    # raw 1+3, details 1+2, runner 1+3 (+2 non-row), seed 1+2 (one fails the schema)
+    assert len(runs) == 4 and len(quarantine) == 10
+    assert len(rules) == 1 and rules.loc[0, "rule_name"] == "CPIStall"
+    assert (tmp_path / "out" / "peaks.csv").exists()
+    assert f"{rel[0]}: ncu_raw: 1 rows normalized, 3 quarantined" in out
+    assert f"{rel[2]}: runner_jsonl: 1 rows normalized, 3 quarantined, 2 non-row records" in out
+    assert f"{rel[3]}: seed_json: 1 rows normalized, 2 quarantined" in out
+    for frame in (runs, quarantine):
+        assert not frame["source_file"].astype(str).str.startswith("/").any()
+    assert set(runs["source_format"]) == {"ncu_raw", "ncu_details", "runner_jsonl", "seed_json"}
+
+
+def test_cli_absolute_paths_become_relative(tmp_path, monkeypatch):
+    monkeypatch.chdir(FIXTURES)
+    assert cli([str(FIXTURES / "ptxas_truncated.log"), "--out", str(tmp_path)]) == 0
+    q = pd.read_csv(tmp_path / "quarantine.csv")
+    runs = pd.read_csv(tmp_path / "kernel_runs.csv")
+    assert runs.loc[0, "source_file"] == "ptxas_truncated.log" == q.loc[0, "source_file"]
+
+
+@pytest.mark.parametrize("name", ["trace_truncated.json", "unknown_format.txt"])
+def test_cli_unknown_or_garbled_file_exits_nonzero_with_one_line(tmp_path, capsys, name):
+    rc = cli([str(FIXTURES / "ptxas_truncated.log"), str(FIXTURES / name), "--out", str(tmp_path / "o")])
+    err = capsys.readouterr().err
+    assert rc != 0
+    assert err.count("\n") == 1 and name in err and "Traceback" not in err
+    assert not (tmp_path / "o").exists()  # nothing half-written
+
+
+def test_cli_walks_directories_and_skips_readmes(tmp_path, capsys):
+    d = tmp_path / "traces"
+    (d / "nested").mkdir(parents=True)
+    (d / "README.md").write_text("# notes\n")
+    (d / "collect.log").write_text("== host\nNVIDIA H200, 580.159.04\n")  # a log beside the traces
+    (d / "nested" / "a.log").write_text((FIXTURES / "ptxas_truncated.log").read_text())
+    (d / "b.hatchet").write_text((FIXTURES / "proton_bad_leaf.hatchet").read_text())
+    cwd = os.getcwd()
+    try:
+        os.chdir(tmp_path)
+        assert cli(["traces", "--out", "out"]) == 0
+    finally:
+        os.chdir(cwd)
+    out = capsys.readouterr().out
+    assert "traces/b.hatchet: proton" in out and "traces/nested/a.log: ptxas_log" in out
+    assert "traces/collect.log: skipped (unrecognized format" in out
+    assert "README" not in out
+
+
+def test_a_garbled_file_inside_a_directory_still_stops_the_run(tmp_path, capsys):
+    d = tmp_path / "traces"
+    d.mkdir()
+    (d / "broken.json").write_text((FIXTURES / "trace_truncated.json").read_text())
+    assert cli([str(d), "--out", str(tmp_path / "o")]) == 2
+    assert "broken.json: malformed or truncated JSON" in capsys.readouterr().err
