@@ -25,11 +25,11 @@ DEFAULT_NOISE_BAND = 0.02
 
 # run_status values that mean "this config did not produce a trustworthy result"
 FAILED_RUN_STATUSES = frozenset({
-    "FAILED_CORRECTNESS", "CRASHED", "TIMEOUT", "OOM", "COMPILE_ERROR",
-    "COMPILE_TIMEOUT", "OUT_OF_RESOURCES", "ERROR",
+    "FAILED_CORRECTNESS", "CRASHED", "TIMEOUT", "OOM", "COMPILE_ERROR", "COMPILE_TIMEOUT", "ERROR",
 })
-# run_status values for configs that were deliberately not timed
-SKIPPED_RUN_STATUSES = frozenset({"PRUNED_SPILL", "PRUNED_SMEM", "PRUNED", "NOT_RUN"})
+# run_status values for configs that were not timed: pruned on purpose, or unable to
+# launch (shared memory over the limit is a config to change, not an incorrect kernel)
+SKIPPED_RUN_STATUSES = frozenset({"PRUNED_SPILL", "PRUNED_SMEM", "PRUNED", "NOT_RUN", "OUT_OF_RESOURCES"})
 
 
 class Status(StrEnum):
@@ -117,10 +117,68 @@ def compare_row(row: dict | pd.Series, noise_band: float = DEFAULT_NOISE_BAND) -
     )
 
 
+# Sources that describe a launch but time no baseline: their rows are evidence
+# for the benchmark row of the same (kernel, shape, config), not candidates.
+PROFILER_FORMATS = frozenset({"ncu_raw", "ncu_details", "torch_trace", "proton", "ptxas_log", "triton_cache"})
+EVIDENCE_COLUMNS = (
+    "local_spill_requests", "local_memory_bytes", "stall_lg_throttle_pct", "stall_long_scoreboard_pct",
+    "sm_throughput_pct", "memory_throughput_pct", "achieved_occupancy_pct", "ncu_occupancy_limit_registers",
+    "ncu_occupancy_limit_shared_mem", "ncu_occupancy_limit_warps", "ncu_occupancy_limit_blocks",
+    "ncu_shared_mem_config_bytes",
+)
+
+
+class RowRole(StrEnum):
+    CANDIDATE = "candidate"
+    BASELINE = "baseline"
+    PROFILER = "profiler"
+
+
+def row_role(row: dict | pd.Series) -> RowRole:
+    if str(row.get("source_format")) in PROFILER_FORMATS:
+        return RowRole.PROFILER
+    if str(row.get("config_id") or "").startswith("baseline"):
+        return RowRole.BASELINE
+    return RowRole.CANDIDATE
+
+
+def merge_profiler_evidence(candidates: pd.DataFrame, profiler: pd.DataFrame) -> pd.DataFrame:
+    """Fill a candidate's missing profiler columns from profiler rows of the same
+    (kernel, shape, config); ``evidence_sources`` names the files used. Values
+    the candidate already has are never overwritten."""
+    out = candidates.copy()
+    out["evidence_sources"] = None
+    usable = profiler.dropna(subset=["config_id"]) if len(profiler) else profiler
+    if out.empty or usable.empty:
+        return out
+    keys = ["kernel_name", "shape_name", "config_id"]
+    columns = [c for c in EVIDENCE_COLUMNS if c in usable]
+    # several launches of one config (warm-up, repeats): their median
+    grouped = usable.groupby(keys, dropna=False)
+    evidence = grouped[columns].median(numeric_only=True)
+    sources = grouped["source_file"].agg(lambda s: ", ".join(sorted(set(map(str, s)))))
+    index = pd.MultiIndex.from_frame(out[keys].astype(object))
+    found = sources.reindex(index)
+    for col in evidence.columns:
+        fill = evidence[col].reindex(index).to_numpy()
+        out[col] = out[col].where(out[col].notna(), fill)
+    out["evidence_sources"] = found.to_numpy()
+    return out
+
+
 def build_comparisons(kernel_runs: pd.DataFrame, noise_band: float = DEFAULT_NOISE_BAND) -> pd.DataFrame:
-    """One verdict per kernel_runs row, keeping the row's columns beside it."""
-    verdicts = [compare_row(row, noise_band) for _, row in kernel_runs.iterrows()]
-    out = kernel_runs.copy()
+    """One verdict per candidate row, with profiler evidence merged in.
+
+    Baseline rows are the reference, not candidates; profiler rows (ncu,
+    torch.profiler, Proton, ptxas, Triton cache) are evidence joined onto the
+    candidate they describe. Both stay in ``kernel_runs``.
+    """
+    roles = kernel_runs.apply(row_role, axis=1) if len(kernel_runs) else pd.Series(dtype=object)
+    candidates = kernel_runs[roles == RowRole.CANDIDATE] if len(kernel_runs) else kernel_runs
+    profiler = kernel_runs[roles == RowRole.PROFILER] if len(kernel_runs) else kernel_runs
+    candidates = merge_profiler_evidence(candidates.reset_index(drop=True), profiler)
+    verdicts = [compare_row(row, noise_band) for _, row in candidates.iterrows()]
+    out = candidates.copy()
     out["speedup"] = [v.speedup for v in verdicts]
     out["speedup_ci_low"] = [v.speedup_ci_low for v in verdicts]
     out["speedup_ci_high"] = [v.speedup_ci_high for v in verdicts]

@@ -89,6 +89,8 @@ class KernelRuns(pa.DataFrameModel):
     ncu_occupancy_limit_shared_mem: Series[pd.Int64Dtype] = pa.Field(nullable=True, ge=0)
     ncu_occupancy_limit_warps: Series[pd.Int64Dtype] = pa.Field(nullable=True, ge=0)
     ncu_occupancy_limit_blocks: Series[pd.Int64Dtype] = pa.Field(nullable=True, ge=0)
+    # the carveout the driver picked for that launch; ncu's shared-memory limit depends on it
+    ncu_shared_mem_config_bytes: Series[pd.Int64Dtype] = pa.Field(nullable=True, ge=0)
     # device and software
     device_name: Series[str] = pa.Field(nullable=True)
     compute_capability: Series[str] = pa.Field(nullable=True)

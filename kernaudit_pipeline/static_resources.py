@@ -62,6 +62,7 @@ WORKER_START_TIMEOUT_S = 300.0
 CACHE_SCHEMA = 1
 WARP_SIZE = 32
 MAX_THREADS_PER_BLOCK = 1024
+SM90_RESERVED_SMEM_BYTES = 1024
 MAX_TMEM_COLUMNS = 512  # Blackwell tensor memory per CTA, the limit Triton checks at load
 
 
@@ -828,6 +829,13 @@ def sweep(plan: list[PlanItem], *, arch: str = "sm_90", timeout_s: float = DEFAU
 
 def _result(row: dict, outcome: Outcome, arch: ArchSpec, version: str, cached: bool) -> StaticResult:
     n = {name: outcome.numbers.get(name) for name in _CACHED_FIELDS}
+    if arch.capability >= 90 and (n.get("shared_mem_static_bytes") or 0) >= SM90_RESERVED_SMEM_BYTES:
+        # The cubin's SHARED on sm_90+ includes the 1 KiB the driver reserves per block
+        # (cudaDevAttrReservedSharedMemoryPerBlock); ncu reports it as static 0, and the
+        # occupancy arithmetic adds the reserve itself, so it is taken out here.
+        n["shared_mem_static_bytes"] -= SM90_RESERVED_SMEM_BYTES
+        if n.get("shared_mem_bytes") is not None:
+            n["shared_mem_bytes"] -= SM90_RESERVED_SMEM_BYTES
     status, message = outcome.status, outcome.message
     limit = arch.smem_per_block_optin_bytes
     if status is CompileStatus.OK:

@@ -152,3 +152,16 @@ def test_missing_file_is_one_line(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "kernaudit_pipeline.cli", "assess", str(tmp_path / "nope.json")],
                           capture_output=True, text=True)
     assert proc.returncode == 2 and re.search(r"cannot read", proc.stderr) and "Traceback" not in proc.stderr
+
+
+def test_diagnostics_appear_where_the_item_has_the_fields():
+    rich = one(kernel_name="gemm_bf16", block_m=128, block_n=256, num_warps=4, registers_per_thread=255,
+               spill_stores_bytes=808, threads_per_block=128, shared_mem_bytes=147456, device_name="NVIDIA H200",
+               local_spill_requests=39_542_784, stall_lg_throttle_pct=41.0, latency_us=2000.0, baseline_us=300.0)
+    d = rich["diagnostics"]
+    assert d["occupancy_limiter"] and d["blocks_per_sm"] == 1
+    assert d["spill_causes_stalls"] is True
+    assert {e["metric"] for e in d["spill_evidence"]} >= {"spill_stores_bytes", "stall_lg_throttle_pct"}
+    bare = one()
+    assert bare["diagnostics"].get("spill_causes_stalls") is False
+    assert "occupancy_pct" not in bare["diagnostics"]  # no warps/threads/device: nothing invented
