@@ -38,7 +38,7 @@ from jinja2 import Environment, PackageLoader, StrictUndefined
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from kernaudit_pipeline.best_config import best_configs
-from kernaudit_pipeline.comparisons import _num
+from kernaudit_pipeline.values import finite_float as _num
 from kernaudit_pipeline.recommendations import (
     Action, AdvisorSuggestion, Evidence, Recommendation, Rule, Source, VerificationState, config_label,
     device_limits, group_key, rec_id_for, shape_dims,

@@ -22,22 +22,13 @@ from kernaudit_pipeline.comparisons import DEFAULT_NOISE_BAND
 from kernaudit_pipeline.recommendations import (
     config_label, current_config, group_rows, is_timed_ok, shape_dims,
 )
+from kernaudit_pipeline.values import finite_float as _num
 
 # The batch sizes vLLM's Triton tuning scripts sweep; an M is reported under its nearest one.
 VLLM_TUNING_BATCH_SIZES = (1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 256, 512, 1024, 1536, 2048, 3072, 4096)
 VLLM_KEYS = {"block_m": "BLOCK_SIZE_M", "block_n": "BLOCK_SIZE_N", "block_k": "BLOCK_SIZE_K",
              "group_m": "GROUP_SIZE_M", "num_warps": "num_warps", "num_stages": "num_stages"}
 VLLM_REQUIRED = ("block_m", "block_n", "block_k", "group_m", "num_warps", "num_stages")
-
-
-def _num(value: object) -> float | None:
-    if value is None or isinstance(value, bool) or value is pd.NA:
-        return None
-    try:
-        f = float(value)
-    except (TypeError, ValueError):
-        return None
-    return f if math.isfinite(f) else None
 
 
 @dataclass(frozen=True)

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 import pandas as pd
+from kernaudit_pipeline.values import finite_float as _num
 
 DEFAULT_NOISE_BAND = 0.02
 
@@ -52,17 +53,6 @@ class Verdict:
     def pct_change(self) -> float | None:
         """Percentage speedup (+) or regression (−) of the candidate."""
         return None if self.speedup is None else (self.speedup - 1.0) * 100.0
-
-
-def _num(value: object) -> float | None:
-    """A finite float, or None for anything missing, non-numeric or NaN."""
-    if value is None or isinstance(value, bool):
-        return None
-    try:
-        f = float(value)
-    except (TypeError, ValueError):
-        return None
-    return f if math.isfinite(f) else None
 
 
 def compare(

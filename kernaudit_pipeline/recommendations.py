@@ -51,6 +51,7 @@ from kernaudit_pipeline.comparisons import (
     DEFAULT_NOISE_BAND, FAILED_RUN_STATUSES, SKIPPED_RUN_STATUSES, Status,
 )
 from kernaudit_pipeline.spill_diagnostics import spill_detected
+from kernaudit_pipeline.values import finite_float as _num, as_int as _int, plain as _clean
 
 # Triton's default when a config does not say.
 DEFAULT_NUM_WARPS = 4
@@ -328,34 +329,6 @@ def recommendation_from_json(data: dict[str, Any]) -> Recommendation:
 # ---------------------------------------------------------------------------------------------
 # Row helpers
 # ---------------------------------------------------------------------------------------------
-def _int(value: object) -> int | None:
-    if value is None or isinstance(value, bool):
-        return None
-    try:
-        f = float(value)
-    except (TypeError, ValueError):
-        return None
-    return int(f) if math.isfinite(f) else None
-
-
-def _num(value: object) -> float | None:
-    if value is None or isinstance(value, bool):
-        return None
-    try:
-        f = float(value)
-    except (TypeError, ValueError):
-        return None
-    return f if math.isfinite(f) else None
-
-
-def _clean(value: object) -> object:
-    if value is None or value is pd.NA:
-        return None
-    if isinstance(value, float) and math.isnan(value):
-        return None
-    if hasattr(value, "item"):
-        return value.item()
-    return value
 
 
 def _text(value: object) -> str | None:

@@ -24,12 +24,12 @@ at_roofline when efficiency >= 95 %. The bottleneck:
 
 from __future__ import annotations
 
-import math
 import re
 from dataclasses import dataclass
 from enum import StrEnum
 
 from kernaudit_pipeline.gpu_specs import GPUSpec, canonical_dtype, lookup
+from kernaudit_pipeline.values import finite_float as _num
 
 AT_ROOFLINE_PCT = 95.0
 UNDERUTILIZED_PCT = 60.0
@@ -102,16 +102,6 @@ def peak_from_record(record: dict) -> MeasuredPeak | None:
         dtype = "fp8" if token in ("float8", "e4m3", "e5m2") else canonical_dtype(token)
     return MeasuredPeak(name=name, device_name=record.get("device_name"), dtype=dtype,
                         tflops=tflops, gb_per_s=gbps)
-
-
-def _num(value: object) -> float | None:
-    if value is None or isinstance(value, bool):
-        return None
-    try:
-        f = float(value)
-    except (TypeError, ValueError):
-        return None
-    return f if math.isfinite(f) else None
 
 
 def _same_device(a: object, b: object) -> bool:

@@ -51,6 +51,7 @@ from kernaudit_pipeline.gpu_specs import lookup, resources_for
 from kernaudit_pipeline.occupancy import Occupancy, limiters_from_ncu, theoretical_occupancy
 from kernaudit_pipeline.roofline import MeasuredPeak, peak_from_record, roofline
 from kernaudit_pipeline.sram import sram_efficiency
+from kernaudit_pipeline.values import finite_float as _num, as_int as _int
 
 LG_THROTTLE_SHARE_PCT = 10.0
 LONG_SCOREBOARD_SHARE_PCT = 50.0
@@ -65,21 +66,6 @@ DIAG_COLUMNS = (
     "compute_ceiling_tflops", "bandwidth_ceiling_gb_per_s", "ceiling_source",
     "spill_causes_stalls", "spill_evidence", "diag_notes",
 )
-
-
-def _num(value: object) -> float | None:
-    if value is None or isinstance(value, bool):
-        return None
-    try:
-        f = float(value)
-    except (TypeError, ValueError):
-        return None
-    return f if math.isfinite(f) else None
-
-
-def _int(value: object) -> int | None:
-    f = _num(value)
-    return None if f is None else int(round(f))
 
 
 def _text(value: object) -> str | None:

@@ -27,7 +27,8 @@ from typing import Any
 
 import pandas as pd
 
-from kernaudit_pipeline.comparisons import DEFAULT_NOISE_BAND, _num
+from kernaudit_pipeline.comparisons import DEFAULT_NOISE_BAND
+from kernaudit_pipeline.values import finite_float as _num
 from kernaudit_pipeline.kernel_spec import Shape, config_id
 from kernaudit_pipeline.recommendations import (
     Action, Recommendation, Rule, Source, StaticSnapshot, VerificationState,

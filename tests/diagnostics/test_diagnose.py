@@ -63,7 +63,9 @@ def test_unknown_gpu_is_said_and_the_rest_still_computed():
 def test_profiler_rows_through_ingest_validate_and_diagnose():
     result = ingest_paths([FIXTURES / "ncu_raw_garbled.csv", FIXTURES / "runner_bad.jsonl"])
     runs = validate(result).kernel_runs
-    out = diagnose(build_comparisons(runs), peaks=list(result.peaks))
+    # profiler rows are evidence for candidates in comparisons; diagnose reads any kernel_runs frame
+    out = diagnose(runs, peaks=list(result.peaks))
+    assert not (build_comparisons(runs)["source_format"] == "ncu_raw").any()
     ncu = out[out["source_format"] == "ncu_raw"].iloc[0]
     assert ncu["blocks_per_sm"] == 1 and ncu["occupancy_limiters"] == "registers,shared_mem"
     assert ncu["gpu_spec"] == "H200-SXM-141GB"
