@@ -56,6 +56,11 @@ CASES: dict[str, list[dict]] = {
         {"id": "fp8_decode_16x64x256", "dims": {"M": 16, "N": 64, "K": 256},
          "config": {"BLOCK_M": 16, "BLOCK_N": 32, "BLOCK_K": 128, "GROUP_M": 1,
                     "num_warps": 4, "num_stages": 2}},
+        # The loop's own fp32 promotion every 2 K steps: 7 steps, so 3 promotions and a tail
+        # step that only the add after the loop brings in.
+        {"id": "fp8_promote2_50x40x224", "dims": {"M": 50, "N": 40, "K": 224},
+         "config": {"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 32, "GROUP_M": 2, "PROMOTE_K": 64,
+                    "num_warps": 4, "num_stages": 2}},
     ],
     "flash_attention": [
         {"id": "attn_b1_h2_kv1_s64_d64_causal", "dims": _ATTN_SMALL,
