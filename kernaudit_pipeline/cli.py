@@ -18,6 +18,7 @@ SUBCOMMANDS = {
     "synth": ("kernaudit_pipeline.synthetic", "regenerate the committed synthetic attention benchmark tables"),
     "review": ("kernaudit_pipeline.review", "approve or reject recommendations (append-only audit trail)"),
     "export": ("kernaudit_pipeline.config_export", "export approved configs as vLLM-style JSON"),
+    "history": ("kernaudit_pipeline.history", "audit history: list audits, accept one as the reference, compare"),
 }
 
 

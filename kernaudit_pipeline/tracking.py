@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib.metadata
 import math
+import os
 import re
 
 import mlflow
@@ -22,7 +23,19 @@ METRIC_COLUMNS = {
     "latency_us": "latency_us", "baseline_us": "baseline_us", "speedup": "speedup",
     "registers_per_thread": "registers_per_thread", "spill_stores_bytes": "spill_stores_bytes",
     "shared_mem_bytes": "shared_mem_bytes", "occupancy_pct": "occupancy_pct",
+    "spill_loads_bytes": "spill_loads_bytes", "latency_ci_low_us": "latency_ci_low_us",
+    "latency_ci_high_us": "latency_ci_high_us", "achieved_tflops": "achieved_tflops",
 }
+UI_URL_ENV = "KERNAUDIT_MLFLOW_UI_URL"
+DEFAULT_UI_URL = "http://127.0.0.1:5000"
+
+
+def run_url(run_id: str, experiment_id: str | None = None, base_url: str | None = None) -> str:
+    """The run's page in ``mlflow ui`` (``KERNAUDIT_MLFLOW_UI_URL``, default the local UI)."""
+    base = (base_url or os.environ.get(UI_URL_ENV) or DEFAULT_UI_URL).rstrip("/")
+    if experiment_id is None:
+        experiment_id = mlflow.get_run(run_id).info.experiment_id
+    return f"{base}/#/experiments/{experiment_id}/runs/{run_id}"
 
 
 def _metric_key(text: str) -> str:

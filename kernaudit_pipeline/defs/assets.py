@@ -64,18 +64,7 @@ def static_resources(context: AssetExecutionContext, settings: AuditSettings,
     return frame
 
 
-@asset(group_name="traces", pool="gpu", tags={"kernaudit/gpu": "true"},
-       description="GPU benchmark runs (the runner) or, without a GPU, the committed H200 sample traces "
-       "plus the synthetic tables. GPU-tagged: pool 'gpu', one step per GPU at a time.")
-def raw_traces(context: AssetExecutionContext, settings: AuditSettings) -> raw_traces_lib.RawTraces:
-    traces = raw_traces_lib.collect(settings.paths(), sources=list(settings.sources) or None,
-                                    include_synthetic=settings.include_synthetic, use_gpu=settings.use_gpu)
-    files = pd.DataFrame([asdict(f) for f in traces.files])
-    context.add_output_metadata({
-        "mode": traces.mode.value, "note": traces.mode_note, "rows": len(traces.rows),
-        "parse_quarantined": len(traces.quarantine), "files": _md_table(files, 50),
-    })
-    return traces
+# raw_traces (one runner step per GPU) lives in defs/gpu.py.
 
 
 @multi_asset(
@@ -115,8 +104,9 @@ def comparisons(context: AssetExecutionContext, settings: AuditSettings, kernel_
 
 @asset(group_name="analysis", description="Spill detection with the spill-to-stall evidence chain, "
        "occupancy and its limiter, SRAM efficiency and roofline position.")
-def spill_diagnostics(context: AssetExecutionContext, comparisons: pd.DataFrame) -> pd.DataFrame:
-    frame = spill_diagnostics_lib.diagnose(comparisons)
+def spill_diagnostics(context: AssetExecutionContext, comparisons: pd.DataFrame,
+                      raw_traces: raw_traces_lib.RawTraces) -> pd.DataFrame:
+    frame = spill_diagnostics_lib.diagnose(comparisons, peaks=raw_traces.peaks)
     spills = frame[frame["spill_detected"]]
     context.add_output_metadata({
         "spilling_rows": len(spills),
@@ -135,7 +125,8 @@ def recommendations(context: AssetExecutionContext, settings: AuditSettings, spi
     paths = settings.paths()
     verify = VerifySettings(timeout_s=settings.static_timeout_s, cache_dir=paths.static_cache,
                             noise_band=settings.noise_band,
-                            max_compiles=None if settings.static_enabled else 0)
+                            max_compiles=(0 if not settings.static_enabled else
+                                          None if settings.verify_max_compiles < 0 else settings.verify_max_compiles))
     advice = advisor.AdvisorSettings.from_env(enabled=settings.advisor != "off")
     result = advisor.recommendations_stage(spill_diagnostics, verify_settings=verify, advisor_settings=advice)
     store = review.save_recommendations(list(result.recommendations), paths.root)
@@ -177,5 +168,12 @@ def audit_report(context: AssetExecutionContext, settings: AuditSettings, mlflow
         "report_html": MetadataValue.path(str(files.html)),
         "report_md": MetadataValue.path(str(files.markdown)),
         "mlflow_run_id": mlflow_run_id,
+        "mlflow_run": MetadataValue.url(tracking.run_url(mlflow_run_id)),
+        "runs": len(kernel_runs),
+        "quarantined": len(quarantine),
+        "top_regressions": _md_table(spill_diagnostics[spill_diagnostics["status"] == "REGRESSION"].nsmallest(
+            5, "speedup")[["kernel_name", "shape_name", "config_id", "speedup"]]),
+        "top_spills": _md_table(spill_diagnostics[spill_diagnostics["spill_detected"]].sort_values(
+            "spill_stores_bytes", ascending=False)[["kernel_name", "config_id", "spill_stores_bytes"]]),
         "preview": MetadataValue.md(files.markdown.read_text()[:6000]),
     })

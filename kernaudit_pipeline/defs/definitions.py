@@ -4,29 +4,48 @@ from __future__ import annotations
 
 import warnings
 
-from dagster import AssetSelection, BetaWarning, Definitions, define_asset_job
+from dagster import AssetSelection, BetaWarning, Definitions, ExecutorDefinition, define_asset_job
 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore", BetaWarning)
     from dagster_mlflow import end_mlflow_on_run_finished
 
-from kernaudit_pipeline.defs import assets, checks
-from kernaudit_pipeline.defs.resources import AuditSettings, mlflow_resource
+from kernaudit_pipeline import gpu_devices
+from kernaudit_pipeline.defs import assets, checks, gpu, history, schedules, sensors
+from kernaudit_pipeline.defs.resources import AuditSettings, kernaudit_mlflow, mlflow_resource
+from kernaudit_pipeline.settings import MLFLOW_EXPERIMENT
 
-ALL_ASSETS = [assets.kernel_sources, assets.static_resources, assets.raw_traces, assets.kernel_runs,
-              assets.comparisons, assets.spill_diagnostics, assets.recommendations, assets.audit_report]
-ALL_CHECKS = [checks.kernel_runs_schema, checks.rows_accounted_for]
+ALL_CHECKS = [checks.kernel_runs_schema, checks.rows_accounted_for, history.no_new_regressions]
 
 audit_job = define_asset_job("audit_job", selection=AssetSelection.all(), hooks={end_mlflow_on_run_finished},
                              description="The full audit: every asset, every check.")
 
 
-def build_definitions(settings: AuditSettings | None = None) -> Definitions:
+def build_assets(devices: list[gpu_devices.GpuDevice] | None = None, step_tags: gpu.StepTags | None = None) -> list:
+    """The asset chain; ``raw_traces`` has one runner step per listed device."""
+    raw_traces = gpu.build_raw_traces(gpu_devices.list_devices() if devices is None else devices, step_tags)
+    return [assets.kernel_sources, assets.static_resources, raw_traces, assets.kernel_runs,
+            assets.comparisons, assets.spill_diagnostics, assets.recommendations, assets.audit_report,
+            history.audit_history]
+
+
+def build_definitions(settings: AuditSettings | None = None,
+                      devices: list[gpu_devices.GpuDevice] | None = None,
+                      executor: ExecutorDefinition | None = None,
+                      step_tags: gpu.StepTags | None = None,
+                      mlflow_tracking_uri: str | None = None) -> Definitions:
+    """``executor``, ``step_tags``, ``mlflow_tracking_uri``: the multi-host variants in ``deploy/``
+    (Celery, Kubernetes, an MLflow server); the defaults are the embedded single machine."""
+    mlflow = mlflow_resource() if not mlflow_tracking_uri else kernaudit_mlflow.configured(
+        {"experiment_name": MLFLOW_EXPERIMENT, "mlflow_tracking_uri": mlflow_tracking_uri})
     return Definitions(
-        assets=ALL_ASSETS,
+        assets=build_assets(devices, step_tags),
+        executor=executor,
         asset_checks=ALL_CHECKS,
         jobs=[audit_job],
-        resources={"settings": settings or AuditSettings(), "mlflow": mlflow_resource()},
+        schedules=[schedules.build_nightly_schedule(audit_job)],
+        sensors=[sensors.build_kernel_sensor(audit_job)],
+        resources={"settings": settings or AuditSettings(), "mlflow": mlflow},
     )
 
 

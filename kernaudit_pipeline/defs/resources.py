@@ -23,6 +23,7 @@ class AuditSettings(ConfigurableResource):
     static_max_configs: int = 0  # 0: the whole config space
     static_timeout_s: int = 300
     static_enabled: bool = True
+    verify_max_compiles: int = -1  # recompiles allowed to verify recommendations; -1: all
     noise_band: float = 0.02
     advisor: str = "auto"  # "auto" (Claude when ANTHROPIC_API_KEY is set) | "off"
 

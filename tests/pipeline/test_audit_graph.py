@@ -26,7 +26,8 @@ def audited(tmp_path_factory):
         mp.setenv("KERNAUDIT_DATA_DIR", str(root))
         mp.setenv("DAGSTER_HOME", str(root / "dagster_home"))
         mp.delenv("ANTHROPIC_API_KEY", raising=False)
-        result, report_dir = run_audit({"static_kernels": ["gemm"], "static_max_configs": 2}, quiet=True)
+        result, report_dir = run_audit({"static_kernels": ["gemm"], "static_max_configs": 2,
+                                        "verify_max_compiles": 4}, quiet=True)
         yield result, report_dir, root
 
 
@@ -58,7 +59,7 @@ def test_every_asset_and_check_recorded_in_the_instance(audited):
             assert instance.get_latest_materialization_event(AssetKey(name)) is not None, name
     checks = {e.asset_check_evaluation_data.check_name: e.asset_check_evaluation_data.passed
               for e in result.all_events if e.event_type_value == "ASSET_CHECK_EVALUATION"}
-    assert checks == {"kernel_runs_schema": True, "rows_accounted_for": True}
+    assert checks == {"kernel_runs_schema": True, "rows_accounted_for": True, "no_new_regressions": True}
 
 
 def test_mlflow_run_holds_metrics_and_the_report(audited):

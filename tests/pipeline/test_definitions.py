@@ -33,7 +33,7 @@ def test_lineage_matches_design():
     assert parents("static_resources") == {"kernel_sources"}
     assert parents("kernel_runs") == {"raw_traces"}
     assert "kernel_runs" in parents("comparisons") and "static_resources" in parents("comparisons")
-    assert parents("spill_diagnostics") == {"comparisons"}
+    assert parents("spill_diagnostics") == {"comparisons", "raw_traces"}  # raw_traces: measured peaks
     assert parents("recommendations") >= {"spill_diagnostics"}
     assert "recommendations" in parents("audit_report")
 
