@@ -47,6 +47,7 @@ import numpy as np
 import pandas as pd
 
 from kernaudit_pipeline.kernel_runs import COLUMNS
+from kernaudit_pipeline.kernel_spec import config_id
 from kernaudit_pipeline.settings import PROJECT_ROOT, SYNTHETIC_DIR
 
 MODEL_VERSION = "synthetic-attention-v1"
@@ -159,7 +160,8 @@ def generate(seed: int = 0, faults: int = 3) -> pd.DataFrame:
                         smem = shared_memory_bytes(bm, bn, shape.head_dim, stages)
                         row = {
                             "kernel_name": "flash_attention_fwd" if shape.phase == "prefill" else "paged_decode_attention",
-                            "config_id": f"BM{bm}_BN{bn}_w{warps}_s{stages}",
+                            "config_id": config_id({"BLOCK_M": bm, "BLOCK_N": bn, "num_warps": warps,
+                                                    "num_stages": stages}),
                             "block_m": bm, "block_n": bn, "num_warps": warps, "num_stages": stages,
                             "shape_name": shape.name, "phase": shape.phase, "batch": shape.batch,
                             "num_heads": shape.num_heads, "num_kv_heads": shape.num_kv_heads,

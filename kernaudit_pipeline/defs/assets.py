@@ -145,15 +145,20 @@ def recommendations(context: AssetExecutionContext, settings: AuditSettings, spi
 def audit_report(context: AssetExecutionContext, settings: AuditSettings, mlflow: ResourceParam[MlFlow],
                  raw_traces: raw_traces_lib.RawTraces,
                  kernel_runs: pd.DataFrame, quarantine: pd.DataFrame, spill_diagnostics: pd.DataFrame,
-                 static_resources: pd.DataFrame, recommendations) -> MaterializeResult:
+                 static_resources: pd.DataFrame, recommendations, audit_history: pd.DataFrame) -> MaterializeResult:
+    import mlflow as mlflow_api
+
     from kernaudit_pipeline import audit_report as report_lib
     from kernaudit_pipeline import tracking
+
+    active = mlflow_api.active_run()  # dagster-mlflow opened it for this Dagster run
 
     inputs = report_lib.ReportInputs(
         run_id=context.run.run_id, mode_note=raw_traces.mode_note, files=raw_traces.files, kernel_runs=kernel_runs,
         quarantine=quarantine, diagnostics=spill_diagnostics, static=static_resources,
         recommendations=list(recommendations.recommendations), rules=raw_traces.rules,
-        advisor_note=recommendations.note(),
+        advisor_note=recommendations.note(), history=audit_history,
+        mlflow_run_url=tracking.run_url(active.info.run_id, active.info.experiment_id) if active else None,
     )
     out_dir = settings.paths().reports / context.run.run_id
     files = report_lib.write_report(inputs, out_dir)
