@@ -37,6 +37,7 @@ import pandas as pd
 from jinja2 import Environment, PackageLoader, StrictUndefined
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from kernaudit_pipeline.audit_report import md_escape
 from kernaudit_pipeline.best_config import best_configs
 from kernaudit_pipeline.values import finite_float as _num
 from kernaudit_pipeline.recommendations import (
@@ -527,14 +528,6 @@ def _screen_and_verify(output: AdvisorOutput, frame: pd.DataFrame, verifier: Ver
         result = HeuristicResult(h.model_dump(), v.verification.state, v.verification.note)
         (heur_bad if v.verification.state == VerificationState.REFUTED else heur_ok).append(result)
     return accepted, rejected, heur_ok, heur_bad
-
-
-def md_escape(value: object) -> str:
-    """Neutralize Markdown/HTML metacharacters in model- or trace-provided text."""
-    text = "" if value is None else str(value)
-    for ch in "\\`*_{}[]<>|#":
-        text = text.replace(ch, "\\" + ch)
-    return text.replace("\n", " ")
 
 
 def advisor_markdown(result: AdvisorResult) -> str:

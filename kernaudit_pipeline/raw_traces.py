@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from kernaudit_pipeline.ingest import FileSummary, display_path, ingest_paths
 from kernaudit_pipeline.kernel_runs import COLUMNS, quarantine_row
 from kernaudit_pipeline.settings import H200_SAMPLES_DIR, PROJECT_ROOT, SYNTHETIC_DIR, DataPaths
 
@@ -25,15 +26,6 @@ from kernaudit_pipeline.settings import H200_SAMPLES_DIR, PROJECT_ROOT, SYNTHETI
 class TraceMode(StrEnum):
     GPU_RUN = "gpu_run"
     COMMITTED_SAMPLES = "committed_samples"
-
-
-@dataclass(frozen=True)
-class FileSummary:
-    path: str
-    source_format: str
-    rows: int
-    quarantined: int
-    other_records: int = 0
 
 
 @dataclass(frozen=True)
@@ -49,15 +41,7 @@ class RawTraces:
     peaks: list[dict] = field(default_factory=list)
 
 
-def display_path(path: Path) -> str:
-    """Paths in tables and reports are project-relative, never machine paths."""
-    try:
-        return str(Path(path).resolve().relative_to(PROJECT_ROOT))
-    except ValueError:
-        return Path(path).name
-
-
-def read_kernel_runs_csv(path: Path, source_format: str = "synthetic") -> tuple[list[dict], list[dict]]:
+def read_kernel_runs_csv(path: Path, source_format: str = "synthetic") -> list[dict]:
     """A CSV already in ``kernel_runs`` columns (the synthetic tables, or a
     previous ``kernaudit ingest`` output). Provenance is kept when present."""
     try:
@@ -67,7 +51,7 @@ def read_kernel_runs_csv(path: Path, source_format: str = "synthetic") -> tuple[
     missing = {"kernel_name"} - set(frame.columns)
     if missing:
         raise ValueError(f"{display_path(path)}: not a kernel_runs table (missing {sorted(missing)})")
-    rows, bad = [], []
+    rows = []
     unknown = sorted(set(frame.columns) - set(COLUMNS))
     for i, record in enumerate(frame.to_dict("records")):
         record = {k: (None if not isinstance(v, str) and pd.isna(v) else v) for k, v in record.items()}
@@ -78,7 +62,7 @@ def read_kernel_runs_csv(path: Path, source_format: str = "synthetic") -> tuple[
         if unknown:
             record = {k: v for k, v in record.items() if k not in unknown}
         rows.append(record)
-    return rows, bad
+    return rows
 
 
 def gpu_available() -> bool:
@@ -143,23 +127,18 @@ def read_files(files: list[Path], mode: TraceMode, note: str) -> RawTraces:
     other: list[Path] = []
     for path in files:
         if path.suffix == ".csv" and path.parent.resolve() == SYNTHETIC_DIR.resolve():
-            got, bad = read_kernel_runs_csv(path)
+            got = read_kernel_runs_csv(path)
             rows += got
-            quarantine += bad
-            summaries.append(FileSummary(display_path(path), "synthetic", len(got), len(bad)))
+            summaries.append(FileSummary(display_path(path), "synthetic", len(got), 0, 0, len(got)))
         else:
             other.append(path)
     if other:
-        from kernaudit_pipeline import ingest  # parsers for real profiler formats
-
-        result = ingest.ingest_paths(other)
+        result = ingest_paths(other)
         rows += list(result.rows)
         quarantine += list(result.quarantine)
-        rules += list(getattr(result, "rules", []) or [])
-        peaks += list(getattr(result, "peaks", []) or [])
-        for s in getattr(result, "summaries", []) or []:
-            summaries.append(FileSummary(display_path(Path(s.path)), s.source_format, s.rows, s.quarantined,
-                                         getattr(s, "other_records", 0)))
+        rules += list(result.rules)
+        peaks += list(result.peaks)
+        summaries += list(result.summaries)
     return RawTraces(mode=mode, mode_note=note, rows=rows, quarantine=quarantine, files=summaries,
                      rules=rules, peaks=peaks)
 
