@@ -39,7 +39,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from kernaudit_pipeline.audit_report import md_escape
 from kernaudit_pipeline.best_config import best_configs
-from kernaudit_pipeline.values import finite_float as _num
+from kernaudit_pipeline.core.values import finite_float as _num
 from kernaudit_pipeline.recommendations import (
     Action, AdvisorSuggestion, Evidence, Recommendation, Rule, Source, VerificationState, config_label,
     device_limits, group_key, rec_id_for, shape_dims,

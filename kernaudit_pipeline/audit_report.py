@@ -222,7 +222,7 @@ def chart_status_counts(diag: pd.DataFrame) -> str:
 
 def _occupancy_for(row: pd.Series) -> float | None:
     """Theoretical occupancy of a static row (diagnostics carry it for measured rows)."""
-    from kernaudit_pipeline.gpu_specs import sm_resources
+    from kernaudit_pipeline.core.hardware import sm_resources
     from kernaudit_pipeline.occupancy import theoretical_occupancy
 
     sm = sm_resources(row.get("compute_capability") or "9.0")
@@ -380,7 +380,7 @@ def roofline_frame(diag: pd.DataFrame) -> pd.DataFrame:
     out["achieved_tflops"] = tf.fillna(flops / (lat.where(lat > 0) * 1e-6) / 1e12)
     out = out[(out["arithmetic_intensity"] > 0) & (out["achieved_tflops"] > 0)]
     if "compute_ceiling_tflops" not in out or "bandwidth_ceiling_gb_per_s" not in out:
-        from kernaudit_pipeline.gpu_specs import lookup
+        from kernaudit_pipeline.core.hardware import lookup
 
         def _ceil(row: pd.Series) -> tuple[float | None, float | None]:
             spec = lookup(row.get("device_name"))

@@ -22,7 +22,7 @@ from kernaudit_pipeline.comparisons import DEFAULT_NOISE_BAND
 from kernaudit_pipeline.recommendations import (
     config_label, current_config, group_rows, is_timed_ok, shape_dims,
 )
-from kernaudit_pipeline.values import finite_float as _num
+from kernaudit_pipeline.core.values import finite_float as _num
 
 # The batch sizes vLLM's Triton tuning scripts sweep; an M is reported under its nearest one.
 VLLM_TUNING_BATCH_SIZES = (1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 256, 512, 1024, 1536, 2048, 3072, 4096)

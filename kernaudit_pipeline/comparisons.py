@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 import pandas as pd
-from kernaudit_pipeline.values import finite_float as _num
+from kernaudit_pipeline.core.values import finite_float as _num
 
 DEFAULT_NOISE_BAND = 0.02
 

@@ -53,6 +53,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
 
+from kernaudit_pipeline.core.configs import config_id  # noqa: F401  (re-exported for kernels/)
+
 # Triton's JIT marks integer and pointer arguments divisible by this with
 # tt.divisibility, and turns integers equal to 1 into constexprs.
 DIVISIBILITY = 16
@@ -104,18 +106,6 @@ class Specialization:
     signature: dict[str, str]
     constexprs: dict[str, object]
     attrs: dict[tuple[int, ...], list[list[object]]] = field(default_factory=dict)
-
-
-def config_id(config: dict) -> str:
-    """A stable, readable id: keys sorted, launch options last, e.g.
-    ``BK64_BM128_BN256_GM8_s3_w8``."""
-    short = {"BLOCK_M": "BM", "BLOCK_N": "BN", "BLOCK_K": "BK", "GROUP_M": "GM",
-             "BLOCK_D": "BD", "BLOCK_KV": "BKV", "PARTITION_SIZE": "PS",
-             "num_warps": "w", "num_stages": "s"}
-    parts = []
-    for key in sorted(config, key=lambda k: (k.startswith("num_"), k)):
-        parts.append(f"{short.get(key, key)}{config[key]}")
-    return "_".join(parts)
 
 
 def specialize(kernel, args: dict[str, object]) -> Specialization:

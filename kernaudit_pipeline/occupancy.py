@@ -30,7 +30,7 @@ import math
 from dataclasses import dataclass
 from enum import StrEnum
 
-from kernaudit_pipeline.gpu_specs import SMResources
+from kernaudit_pipeline.core.hardware import SMResources
 
 
 class Limiter(StrEnum):

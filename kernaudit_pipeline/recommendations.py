@@ -44,14 +44,14 @@ from typing import Any
 import pandas as pd
 from pydantic import BaseModel, ConfigDict, Field
 
-from kernaudit_pipeline.gpu_specs import SM_RESOURCES, SMResources, resources_for
-from kernaudit_pipeline.gpu_specs import lookup as lookup_gpu
+from kernaudit_pipeline.core.hardware import SM_RESOURCES, SMResources, resources_for
+from kernaudit_pipeline.core.hardware import lookup as lookup_gpu
 from kernaudit_pipeline.occupancy import theoretical_occupancy
 from kernaudit_pipeline.comparisons import (
     DEFAULT_NOISE_BAND, FAILED_RUN_STATUSES, SKIPPED_RUN_STATUSES, Status,
 )
 from kernaudit_pipeline.spill_diagnostics import spill_detected
-from kernaudit_pipeline.values import finite_float as _num, as_int as _int, plain as _clean
+from kernaudit_pipeline.core.values import finite_float as _num, as_int as _int, plain as _clean
 
 # Triton's default when a config does not say.
 DEFAULT_NUM_WARPS = 4

@@ -28,8 +28,8 @@ import re
 from dataclasses import dataclass
 from enum import StrEnum
 
-from kernaudit_pipeline.gpu_specs import GPUSpec, canonical_dtype, lookup
-from kernaudit_pipeline.values import finite_float as _num
+from kernaudit_pipeline.core.hardware import GPUSpec, canonical_dtype, lookup
+from kernaudit_pipeline.core.values import finite_float as _num
 
 AT_ROOFLINE_PCT = 95.0
 UNDERUTILIZED_PCT = 60.0

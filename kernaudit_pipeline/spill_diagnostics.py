@@ -47,11 +47,11 @@ from typing import Any, Iterable
 
 import pandas as pd
 
-from kernaudit_pipeline.gpu_specs import lookup, resources_for
+from kernaudit_pipeline.core.hardware import lookup, resources_for
 from kernaudit_pipeline.occupancy import Occupancy, limiters_from_ncu, theoretical_occupancy
 from kernaudit_pipeline.roofline import MeasuredPeak, peak_from_record, roofline
 from kernaudit_pipeline.sram import sram_efficiency
-from kernaudit_pipeline.values import finite_float as _num, as_int as _int
+from kernaudit_pipeline.core.values import finite_float as _num, as_int as _int
 
 LG_THROTTLE_SHARE_PCT = 10.0
 LONG_SCOREBOARD_SHARE_PCT = 50.0

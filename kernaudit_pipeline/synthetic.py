@@ -47,7 +47,7 @@ import numpy as np
 import pandas as pd
 
 from kernaudit_pipeline.kernel_runs import COLUMNS
-from kernaudit_pipeline.kernel_spec import config_id
+from kernaudit_pipeline.core.configs import config_id
 from kernaudit_pipeline.settings import PROJECT_ROOT, SYNTHETIC_DIR
 
 MODEL_VERSION = "synthetic-attention-v1"

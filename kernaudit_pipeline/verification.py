@@ -28,8 +28,9 @@ from typing import Any
 import pandas as pd
 
 from kernaudit_pipeline.comparisons import DEFAULT_NOISE_BAND
-from kernaudit_pipeline.values import finite_float as _num
-from kernaudit_pipeline.kernel_spec import Shape, config_id
+from kernaudit_pipeline.core.values import finite_float as _num
+from kernaudit_pipeline.core.configs import config_id
+from kernaudit_pipeline.kernel_spec import Shape
 from kernaudit_pipeline.recommendations import (
     Action, Recommendation, Rule, Source, StaticSnapshot, VerificationState,
     current_config, device_limits, group_key, is_timed_ok, occupancy, rec_id_for,

@@ -38,7 +38,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from kernaudit_pipeline.kernel_spec import KERNELS_DIR, config_id, kernel_files, load_kernel_module
+from kernaudit_pipeline.core.configs import config_id
+from kernaudit_pipeline.kernel_spec import KERNELS_DIR, kernel_files, load_kernel_module
 
 PROG = "kernaudit capture"
 NVTX_PREFIX = "kernaudit"

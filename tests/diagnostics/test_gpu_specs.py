@@ -6,7 +6,7 @@ import dataclasses
 
 import pytest
 
-from kernaudit_pipeline.gpu_specs import SPECS, canonical_dtype, lookup, resources_for, sm_resources
+from kernaudit_pipeline.core.hardware import SPECS, canonical_dtype, lookup, resources_for, sm_resources
 
 
 @pytest.mark.parametrize("name, key", [

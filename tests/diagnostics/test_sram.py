@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from kernaudit_pipeline.gpu_specs import sm_resources
+from kernaudit_pipeline.core.hardware import sm_resources
 from kernaudit_pipeline.occupancy import theoretical_occupancy
 from kernaudit_pipeline.sram import smem_bytes_per_flop, sram_efficiency, tile_smem_bytes
 

@@ -20,7 +20,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from kernaudit_pipeline.gpu_specs import resources_for
+from kernaudit_pipeline.core.hardware import resources_for
 from kernaudit_pipeline.ingest import SourceFormat, UnknownFormat, expand, ingest_paths, parse_path, validate
 from kernaudit_pipeline.occupancy import LIMITER_ORDER, limiters_from_ncu, theoretical_occupancy
 from kernaudit_pipeline.settings import H200_SAMPLES_DIR
