@@ -37,9 +37,7 @@ quarantine path is exercised on the embedded default; each says so in its
 
 from __future__ import annotations
 
-import argparse
 import math
-import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -224,24 +222,3 @@ def write_tables(out_dir: Path = SYNTHETIC_DIR, seed: int = 0, faults: int = 3) 
     path = out_dir / "attention_runs.csv"
     generate(seed, faults).to_csv(path, index=False)
     return path
-
-
-def cli(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="kernaudit synth", description="regenerate the synthetic attention tables")
-    parser.add_argument("--out", type=Path, default=SYNTHETIC_DIR)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--faults", type=int, default=3, help="rows deliberately corrupted to exercise quarantine")
-    args = parser.parse_args(argv)
-    path = write_tables(args.out, args.seed, args.faults)
-    frame = pd.read_csv(path)
-    try:
-        shown = path.relative_to(PROJECT_ROOT)
-    except ValueError:
-        shown = path
-    print(f"wrote {len(frame)} rows ({(frame['run_status'] == 'OUT_OF_RESOURCES').sum()} over shared memory, "
-          f"{(frame['spill_stores_bytes'] > 0).sum()} spilling) to {shown}")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(cli(sys.argv[1:]))

@@ -1,0 +1,11 @@
+"""``kernaudit assess``: still parsed by ``kernaudit_pipeline.assess.cli`` (to be moved into this module)."""
+
+from __future__ import annotations
+
+import importlib
+
+LEGACY = True
+
+
+def run_legacy(argv: list[str]) -> int:
+    return int(importlib.import_module("kernaudit_pipeline.assess").cli(argv) or 0)

@@ -1,0 +1,11 @@
+"""``kernaudit export``: still parsed by ``kernaudit_pipeline.config_export.cli`` (to be moved into this module)."""
+
+from __future__ import annotations
+
+import importlib
+
+LEGACY = True
+
+
+def run_legacy(argv: list[str]) -> int:
+    return int(importlib.import_module("kernaudit_pipeline.config_export").cli(argv) or 0)
