@@ -27,16 +27,13 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError
 
+from kernaudit_pipeline.core.toolchain import PTXAS_FRAME_RE, parse_ptxas_log
 from kernaudit_pipeline.ingest._common import (
     IngestError, Parsed, apply_range, bad, compute_capability_from_arch, kernel_fields,
 )
 
 FORMAT = "ptxas_log"
-ENTRY_RE = re.compile(r"Compiling entry function '([^']+)' for '(sm_\w+)'")
-PROPS_RE = re.compile(r"Function properties for (\S+)")
-FRAME_RE = re.compile(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads")
-USED_RE = re.compile(r"Used (\d+) registers")
-SMEM_RE = re.compile(r"(\d+)(?:\+(\d+))? bytes smem")
+FRAME_RE = PTXAS_FRAME_RE  # the parser lives in core.toolchain; triton_cache reads this name
 
 
 MANIFEST = "ptxas_manifest.json"
@@ -73,30 +70,10 @@ def parse(path: Path, source_file: str) -> Parsed:
         text = path.read_text()
     except (OSError, UnicodeDecodeError) as exc:
         raise IngestError(f"not a readable text log ({exc})") from None
-    entries: list[dict] = []
-    current: dict | None = None
-    props_for: str | None = None
-    for line_no, line in enumerate(text.splitlines()):
-        entry = ENTRY_RE.search(line)
-        if entry:
-            current = {"func": entry.group(1), "arch": entry.group(2), "line": line_no}
-            entries.append(current)
-            props_for = None
-            continue
-        props = PROPS_RE.search(line)
-        if props:
-            props_for = props.group(1)
-            continue
-        frame = FRAME_RE.search(line)
-        if frame and current is not None and props_for == current["func"]:
-            current["stack"], current["stores"], current["loads"] = (int(g) for g in frame.groups())
-            continue
-        used = USED_RE.search(line)
-        if used and current is not None and "regs" not in current:
-            current["regs"] = int(used.group(1))
-            smem = SMEM_RE.search(line)
-            if smem:
-                current["smem"] = int(smem.group(1))
+    entries = [{"func": u.function, "arch": u.target, "line": u.line, "regs": u.registers,
+                "stack": u.stack_frame_bytes, "stores": u.spill_stores_bytes,
+                "loads": u.spill_loads_bytes, "smem": u.smem_bytes}
+               for u in parse_ptxas_log(text) if u.is_entry]
     if not entries:
         raise IngestError("a ptxas log with no 'Compiling entry function' line")
     entry, note = manifest_entry(path)
@@ -106,12 +83,12 @@ def parse(path: Path, source_file: str) -> Parsed:
         prov = {"source_format": FORMAT, "source_file": source_file, "source_row": index}
         base = {**kernel_fields(e["func"]), "compute_capability": compute_capability_from_arch(e["arch"]),
                 "ptxas_target": e["arch"], **prov}
-        if "regs" not in e:
+        if e["regs"] is None:
             quarantine.append(bad(base, f"entry {e['func']!r} (log line {e['line']}): no 'Used N registers' line"))
             continue
         row = {**base, "registers_per_thread": e["regs"],
                "stack_frame_bytes": e.get("stack"), "spill_stores_bytes": e.get("stores"),
-               "spill_loads_bytes": e.get("loads"), "shared_mem_static_bytes": e.get("smem", 0)}
+               "spill_loads_bytes": e.get("loads"), "shared_mem_static_bytes": e["smem"] or 0}
         if entry is not None and entry.config_id and entry.compiled_name in (None, e["func"]):
             apply_range(row, f"kernaudit:{entry.kernel_name}:{entry.shape_name or ''}:{entry.config_id}")
         rows.append(row)

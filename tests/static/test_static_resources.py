@@ -7,14 +7,17 @@ registers and spills, 8 warps give ~220 registers, no spills and 147,456 bytes o
 from __future__ import annotations
 
 import json
+import sys
 from dataclasses import asdict
 from pathlib import Path
 
 import pytest
 
 from kernaudit_pipeline import static_resources as sr
+from kernaudit_pipeline.cli import main
 from kernaudit_pipeline.kernel_spec import KERNELS_DIR, Ptr, Specialization, config_id, load_kernel_module, specialize
 from kernaudit_pipeline.static_resources import CompileStatus
+from kernaudit_pipeline.static_resources import audit as sweep_mod
 
 FIXTURE = Path(__file__).parent / "fixtures" / "tiny_matmul.py"
 GEMM = KERNELS_DIR / "gemm.py"
@@ -59,48 +62,6 @@ def tiny(data_dir):
 def tiny_results(tiny) -> dict[str, sr.StaticResult]:
     results = sr.audit_kernel(tiny, max_workers=2, progress=False)
     return {r.config_id: r for r in results}
-
-
-# ------------------------------------------------------------------------------------------
-# Tool-log parsing, on logs captured from Triton 3.7.1's ptxas and cuobjdump
-# ------------------------------------------------------------------------------------------
-PTXAS_LOG = """\
-ptxas info    : (C7511) Potential Performance Loss: wgmma.mma_async instructions are serialized
-ptxas info    : 0 bytes gmem
-ptxas info    : Function properties for helper_fn
-    16 bytes stack frame, 8 bytes spill stores, 4 bytes spill loads
-ptxas info    : Compiling entry function 'gemm_kernel' for 'sm_90a'
-ptxas info    : Function properties for gemm_kernel
-    792 bytes stack frame, 1992 bytes spill stores, 1480 bytes spill loads
-ptxas info    : Used 255 registers, used 1 barriers, 792 bytes cumulative stack size
-ptxas info    : Compile time = 462.601 ms
-ptxas info    : Compiling entry function 'other' for 'sm_80'
-ptxas info    : Function properties for other
-    0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads
-ptxas info    : Used 40 registers, 4096 bytes smem, 416 bytes cmem[0]
-"""
-
-RES_USAGE = """
-Resource usage:
- Common:
-  GLOBAL:0
- Function gemm_kernel:
-  REG:255 STACK:792 SHARED:1024 LOCAL:0 CONSTANT[0]:592 TEXTURE:0 SURFACE:0 SAMPLER:0
-"""
-
-
-def test_parse_ptxas_log_keeps_functions_apart():
-    usage = sr.parse_ptxas_log(PTXAS_LOG)
-    k = usage["gemm_kernel"]
-    assert (k.registers, k.stack_frame_bytes, k.spill_stores_bytes, k.spill_loads_bytes) == (255, 792, 1992, 1480)
-    assert k.smem_bytes is None
-    assert usage["helper_fn"].spill_stores_bytes == 8 and usage["helper_fn"].registers is None
-    assert usage["other"].registers == 40 and usage["other"].smem_bytes == 4096
-
-
-def test_parse_res_usage():
-    u = sr.parse_res_usage(RES_USAGE)["gemm_kernel"]
-    assert (u.registers, u.stack_bytes, u.shared_bytes, u.local_bytes) == (255, 792, 1024, 0)
 
 
 # ------------------------------------------------------------------------------------------
@@ -167,7 +128,7 @@ def test_cache_hit_does_not_compile(tiny, tiny_results, data_dir, monkeypatch):
     def no_compiles(*args, **kwargs):
         raise AssertionError("a cache hit must not start a compile")
 
-    monkeypatch.setattr(sr, "compile_in_workers", no_compiles)
+    monkeypatch.setattr(sweep_mod, "_compile", no_compiles)
     again = sr.audit_kernel(tiny, max_workers=2, progress=False)
     assert all(r.cached for r in again)
     assert not any(r.cached for r in tiny_results.values())
@@ -193,10 +154,16 @@ def test_compile_error_is_recorded_and_the_sweep_goes_on(tiny, tiny_results):
     assert rows[0].registers_per_thread is None and rows[1].cached
 
 
-def test_timeout_is_recorded_and_not_cached(tiny, tmp_path, monkeypatch):
+def test_compile_timeout_is_recorded_and_not_cached(tiny, tmp_path, monkeypatch):
+    """A compile past its deadline is COMPILE_TIMEOUT and never cached. (The pool's start-up
+    deadline follows --timeout-s too, so the compile deadline alone is shortened here: the
+    workers start and describe the module, then no compile can finish in 10 ms.)"""
     monkeypatch.setenv("KERNAUDIT_DATA_DIR", str(tmp_path))  # cold caches: a real compile
-    rows = sr.audit_kernel(tiny, configs=[SMALL, CLEAN, SPILL], timeout_s=0.01, max_workers=2,
-                           progress=False)
+    real = sweep_mod._compile
+    monkeypatch.setattr(sweep_mod, "_compile",
+                        lambda tasks, pool, cache, timeout_s, arch, progress:
+                        real(tasks, pool, cache, 0.01, arch, progress))
+    rows = sr.audit_kernel(tiny, configs=[SMALL, CLEAN, SPILL], max_workers=2, progress=False)
     assert [r.config_id for r in rows] == [config_id(c) for c in (SMALL, CLEAN, SPILL)]
     assert all(r.status is CompileStatus.COMPILE_TIMEOUT for r in rows)
     assert all("timeout" in r.message and r.registers_per_thread is None for r in rows)
@@ -204,12 +171,37 @@ def test_timeout_is_recorded_and_not_cached(tiny, tmp_path, monkeypatch):
 
 
 def test_a_dying_worker_is_recorded_not_fatal(data_dir):
-    """Workers that die on start (here: os._exit while importing the module) fail the tasks
-    with the reason instead of hanging or crashing the sweep."""
-    rows = sr.audit_kernel(FIXTURE.with_name("crashing_matmul.py"), configs=[SMALL, CLEAN],
-                           max_workers=1, progress=False)
-    assert [r.status for r in rows] == [CompileStatus.COMPILE_ERROR] * 2
-    assert all("failed to start" in r.message and "exit code 3" in r.message for r in rows)
+    """A module whose import kills the worker (os._exit) is a one-line failure for that module,
+    never a hang or a crash of the sweep; the other modules are still audited."""
+    report = sr.sweep_report([sr.PlanItem(FIXTURE.with_name("crashing_matmul.py")),
+                              sr.PlanItem(FIXTURE, configs=[config_id(SMALL)])],
+                             max_workers=1, progress=False)
+    assert [f.module for f in report.failures] == ["crashing_matmul.py"]
+    assert "exit code 3" in report.failures[0].reason
+    assert [r.config_id for r in report.results] == [config_id(SMALL)]
+    with pytest.raises(sr.KernelLoadError, match="crashing_matmul.py"):
+        sr.audit_kernel(FIXTURE.with_name("crashing_matmul.py"), max_workers=1, progress=False)
+
+
+def test_hangs_at_import_or_in_compile_args_end_at_the_timeout(data_dir):
+    """The parent never imports a kernel module: one that hangs at import or in compile_args
+    costs --timeout-s and becomes a failure, and the other modules are still audited."""
+    report = sr.sweep_report([sr.PlanItem(FIXTURE.with_name("hanging_import.py")),
+                              sr.PlanItem(FIXTURE.with_name("hanging_compile_args.py")),
+                              sr.PlanItem(FIXTURE, configs=[config_id(SMALL)])],
+                             timeout_s=20, max_workers=3, progress=False)
+    assert sorted(f.module for f in report.failures) == ["hanging_compile_args.py", "hanging_import.py"]
+    assert all("did not finish within 20 s" in f.reason for f in report.failures)
+    assert [r.status for r in report.results] == [CompileStatus.OK]
+    assert "kernaudit_kernels.hanging_import" not in sys.modules
+
+
+def test_cli_names_a_hanging_module_in_one_line(data_dir, capsys):
+    rc = main(["static", str(FIXTURE.with_name("hanging_compile_args.py")), "--timeout-s", "15"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2
+    assert err[0].startswith("kernaudit static: hanging_compile_args.py: import or compile_args "
+                             "did not finish within 15 s")
 
 
 def test_to_frame_rows_validate_as_kernel_runs(tiny_results):
@@ -251,7 +243,7 @@ def test_gemm_spills_fits_and_overflows(gemm_results):
 
 
 def test_cli_json(gemm_results, capsys):
-    rc = sr.cli(["gemm_bf16", "--json", "--configs", config_id(CLEAN)])
+    rc = main(["static", "gemm_bf16", "--json", "--configs", config_id(CLEAN)])
     out = capsys.readouterr().out
     assert rc == 0
     rows = json.loads(out)
@@ -262,7 +254,7 @@ def test_cli_json(gemm_results, capsys):
 
 
 def test_cli_table(gemm_results, capsys):
-    rc = sr.cli(["gemm", "--configs", f"{config_id(SPILL)},{config_id(SMEM_OVER)}"])
+    rc = main(["static", "gemm", "--configs", f"{config_id(SPILL)},{config_id(SMEM_OVER)}"])
     out = capsys.readouterr().out.splitlines()
     assert rc == 0
     assert out[0].split()[:4] == ["kernel", "config_id", "status", "regs"]
@@ -277,7 +269,7 @@ def test_cli_table(gemm_results, capsys):
     (["gemm_bf16", "--timeout-s", "0"], "must be positive"),
 ])
 def test_cli_bad_input_is_one_line_exit_2(argv, needle, capsys):
-    assert sr.cli(argv) == 2
+    assert main(["static", *argv]) == 2
     captured = capsys.readouterr()
     assert captured.out == ""
     lines = captured.err.strip().splitlines()

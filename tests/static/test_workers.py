@@ -1,0 +1,54 @@
+"""The timed worker pool on a handler of its own (tests/static/pool_handler.py): every way a task
+or a worker can end becomes an outcome, never a hang."""
+
+from __future__ import annotations
+
+import pytest
+
+from kernaudit_pipeline.static_resources.workers import OutcomeKind, WorkerPool
+
+HANDLER = "tests.static.pool_handler"
+
+
+def test_every_ending_is_an_outcome():
+    tasks = [
+        {"key": "ok", "action": "echo", "value": 41},
+        {"key": "slow", "action": "sleep", "seconds": 60},
+        {"key": "raises", "action": "raise"},
+        {"key": "exits", "action": "exit"},
+        {"key": "after", "action": "echo", "value": 42},
+    ]
+    done = []
+    with WorkerPool(HANDLER, max_workers=2, start_timeout_s=60) as pool:
+        out = pool.run(tasks, timeout_s=3, on_done=lambda t, o: done.append(t["key"]))
+    assert sorted(done) == sorted(t["key"] for t in tasks)
+    assert out["ok"].kind is OutcomeKind.OK and out["ok"].payload["echo"] == 41
+    assert out["after"].kind is OutcomeKind.OK and out["after"].payload["echo"] == 42
+    assert out["slow"].kind is OutcomeKind.TIMEOUT and "3 s timeout" in out["slow"].message
+    assert out["raises"].kind is OutcomeKind.ERROR and out["raises"].deterministic
+    assert out["raises"].message == "ValueError: bad task"
+    assert out["exits"].kind is OutcomeKind.DIED and "exit code 7" in out["exits"].message
+
+
+def test_workers_are_reused_across_runs():
+    with WorkerPool(HANDLER, max_workers=1, start_timeout_s=60) as pool:
+        first = pool.run([{"key": "a", "action": "echo"}], timeout_s=10)["a"].payload
+        second = pool.run([{"key": "b", "action": "echo"}], timeout_s=10)["b"].payload
+    assert first["pid"] == second["pid"] and second["done_in_this_worker"] == 2
+
+
+def test_start_up_deadline_is_the_one_given():
+    """A worker that cannot start within start_timeout_s is killed; once as many starts as
+    workers (at least 2) failed, every task ends NOT_STARTED with the reason."""
+    with WorkerPool(HANDLER, max_workers=1, start_timeout_s=2.5,
+                    env={"KERNAUDIT_TEST_WARMUP_S": "600"}) as pool:
+        out = pool.run([{"key": "a", "action": "echo"}, {"key": "b", "action": "echo"}], timeout_s=10)
+    assert {o.kind for o in out.values()} == {OutcomeKind.NOT_STARTED}
+    assert "did not start within 2.5 s" in out["a"].message
+
+
+def test_bad_limits_are_refused():
+    with pytest.raises(ValueError):
+        WorkerPool(HANDLER, max_workers=0, start_timeout_s=1)
+    with pytest.raises(ValueError):
+        WorkerPool(HANDLER, max_workers=1, start_timeout_s=0)
