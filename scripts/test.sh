@@ -2,7 +2,7 @@
 # Set everything up (if missing), then run the test suite.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/setup.sh
+bash scripts/setup.sh test deploy
 if [ -f scripts/browser_deps.sh ]; then bash scripts/browser_deps.sh; fi
 set +e
 .venv/bin/python -m pytest "$@"
