@@ -8,8 +8,10 @@ needs, without importing torch (the code location must load fast):
 - the device listing: ``KERNAUDIT_GPU_HOSTS`` (``hosta=0,1;hostb=0``, for
   several GPU hosts behind one Dagster: docs/scaling.md) when set, else
   ``KERNAUDIT_GPU_DEVICES`` (``0,1,2``; ``none`` for no GPU), else
-  ``CUDA_VISIBLE_DEVICES`` when set, else ``nvidia-smi --query-gpu``; no
-  nvidia-smi means no GPU;
+  ``CUDA_VISIBLE_DEVICES`` when set (:func:`declared_devices`: the environment
+  only, read when the code location loads), else ``nvidia-smi --query-gpu``,
+  asked when a run starts, never at load (:func:`list_devices`); no nvidia-smi
+  means no GPU;
 - the pool of a device: ``gpu`` on a host with at most one GPU (the pool the
   project's docs and ``dagster.yaml`` speak of), ``gpu-<index>`` on a host
   with several, ``gpu-<host>-<index>`` across hosts;
@@ -27,6 +29,7 @@ import os
 import shutil
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -121,8 +124,12 @@ def query_nvidia_smi(timeout_s: float = 10.0) -> list[GpuDevice]:
     return parse_nvidia_smi_csv(proc.stdout) if proc.returncode == 0 else []
 
 
-def list_devices(environ: dict[str, str] | None = None) -> list[GpuDevice]:
-    """The devices GPU steps may use, in order (see the module docstring)."""
+def declared_devices(environ: dict[str, str] | None = None) -> list[GpuDevice] | None:
+    """The devices the environment names, or None when it names none (then ask at run time).
+
+    Reads only environment variables: the code location calls this at load, where no
+    subprocess may run.
+    """
     env = os.environ if environ is None else environ
     if env.get(HOSTS_ENV, "").strip():
         return parse_hosts(env[HOSTS_ENV])
@@ -130,7 +137,22 @@ def list_devices(environ: dict[str, str] | None = None) -> list[GpuDevice]:
         return _parse_ids(env[DEVICES_ENV], DEVICES_ENV)
     if env.get("CUDA_VISIBLE_DEVICES") is not None:
         return _parse_ids(env["CUDA_VISIBLE_DEVICES"], "CUDA_VISIBLE_DEVICES")
-    return query_nvidia_smi()
+    return None
+
+
+def list_devices(environ: dict[str, str] | None = None) -> list[GpuDevice]:
+    """The devices GPU steps may use, in order: the declared ones, else nvidia-smi's (run time only)."""
+    declared = declared_devices(environ)
+    return query_nvidia_smi() if declared is None else declared
+
+
+def torch_sees_cuda() -> bool:
+    """Whether this process's torch can use a CUDA device (False without torch)."""
+    try:
+        import torch
+    except ImportError:
+        return False
+    return bool(torch.cuda.is_available())
 
 
 def pool_for(device: GpuDevice | None, device_count: int) -> str:
@@ -188,6 +210,24 @@ def run_on_device(device: GpuDevice, traces_dir: Path, kernels: list[str], *, cw
     subprocess.run(runner_command(out, kernels, extra_args), check=True, timeout=timeout_s, cwd=cwd,
                    env=pinned_env(device))
     return out
+
+
+def run_on_devices(work: list[tuple[GpuDevice, list[str]]], traces_dir: Path, *, cwd: Path,
+                   timeout_s: int = 3600) -> list[DeviceRun]:
+    """Each (device, kernels) pair's runner, side by side (one pinned process per device).
+
+    A runner that fails or runs past ``timeout_s`` raises once every device is done: the
+    step fails with that reason rather than auditing stale samples as if they were this run.
+    """
+    def one(device: GpuDevice, kernels: list[str]) -> DeviceRun:
+        out = run_on_device(device, traces_dir, kernels, cwd=cwd, timeout_s=timeout_s)
+        return DeviceRun(visible_id=device.visible_id, kernels=tuple(kernels), trace_file=str(out),
+                         note=f"timed on CUDA_VISIBLE_DEVICES={device.visible_id}")
+
+    if not work:
+        return []
+    with ThreadPoolExecutor(max_workers=len(work)) as pool:
+        return list(pool.map(lambda pair: one(*pair), work))
 
 
 def cli(argv: list[str]) -> int:

@@ -1,18 +1,15 @@
 """The ``raw_traces`` stage: gather every trace the audit will read.
 
-With a GPU present (and allowed), the runner times the kernels now and its
-JSONL is read back. Without one, the audit reads the committed sample traces:
-real H200 runs under ``samples/h200`` and the synthetic attention tables under
-``samples/synthetic``, and says so in the report.
+With a GPU present (and allowed), the Dagster layer's runner steps time the
+kernels now (``defs/bench_steps.py``) and their JSONL is read back with
+:func:`read_files`. Without one, :func:`collect` reads the traces given, or the
+committed sample traces: real H200 runs under ``samples/h200`` and the
+synthetic attention tables under ``samples/synthetic``, and says so in the report.
 """
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
 from enum import StrEnum
 from pathlib import Path
 
@@ -20,7 +17,7 @@ import pandas as pd
 
 from kernaudit_pipeline.ingest import FileSummary, display_path, ingest_paths
 from kernaudit_pipeline.kernel_runs import COLUMNS, quarantine_row
-from kernaudit_pipeline.settings import H200_SAMPLES_DIR, PROJECT_ROOT, SYNTHETIC_DIR, DataPaths
+from kernaudit_pipeline.settings import H200_SAMPLES_DIR, SYNTHETIC_DIR, DataPaths
 
 
 class TraceMode(StrEnum):
@@ -65,23 +62,6 @@ def read_kernel_runs_csv(path: Path, source_format: str = "synthetic") -> list[d
     return rows
 
 
-def gpu_available() -> bool:
-    try:
-        import torch
-    except ImportError:
-        return False
-    return bool(torch.cuda.is_available())
-
-
-def run_gpu_benchmarks(paths: DataPaths, kernels: list[str] | None = None, timeout_s: int = 3600) -> Path:
-    """Run the runner in its own process; it isolates each kernel further."""
-    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
-    out = paths.traces / f"bench-{stamp}.jsonl"
-    cmd = [sys.executable, "-m", "kernaudit_pipeline.bench.runner", "--out", str(out), *(kernels or [])]
-    subprocess.run(cmd, check=True, timeout=timeout_s, cwd=PROJECT_ROOT, env=dict(os.environ))
-    return out
-
-
 # The committed H200 capture the embedded default audits. Left out on purpose:
 # ncu_raw_nvtx_named.csv (the same launches as ncu_raw.csv, named by NVTX range),
 # bench_h200_gemm_noprune.jsonl (the pruning comparison of docs/benchmarks.md,
@@ -97,18 +77,12 @@ def default_sample_files(include_synthetic: bool = True) -> list[Path]:
     return files
 
 
-def collect(paths: DataPaths, *, sources: list[str] | None = None, include_synthetic: bool = True,
-            use_gpu: str = "auto", gpu_kernels: list[str] | None = None) -> RawTraces:
-    """``use_gpu``: "auto" runs the runner when a GPU is present, "never" never does."""
+def collect(paths: DataPaths, *, sources: list[str] | None = None, include_synthetic: bool = True) -> RawTraces:
+    """The traces given, else the committed samples (no runner here: see the module docstring)."""
     files: list[Path]
     if sources:
         files = [Path(s) for s in sources]
         mode, note = TraceMode.COMMITTED_SAMPLES, "traces given explicitly: " + ", ".join(map(display_path, files))
-    elif use_gpu != "never" and gpu_available():
-        files = [run_gpu_benchmarks(paths, gpu_kernels)]
-        if include_synthetic:
-            files += sorted(SYNTHETIC_DIR.glob("*.csv"))
-        mode, note = TraceMode.GPU_RUN, "a GPU is present: the runner timed the kernels in this audit"
     else:
         files = default_sample_files(include_synthetic)
         mode = TraceMode.COMMITTED_SAMPLES

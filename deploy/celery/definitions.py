@@ -15,7 +15,7 @@ import os
 from dagster_celery import celery_executor
 
 from kernaudit_pipeline.defs.definitions import build_definitions
-from kernaudit_pipeline.gpu_devices import GpuDevice, list_devices
+from kernaudit_pipeline.gpu_devices import GpuDevice, declared_devices
 
 QUEUE_TAG = "dagster-celery/queue"
 
@@ -36,5 +36,5 @@ executor = celery_executor.configured({
 
 # MLflow on its server (deploy/postgres/mlflow-server.sh); create the experiment there once with
 # `mlflow experiments create -n kernaudit` so its artifacts go where the server keeps them.
-defs = build_definitions(devices=list_devices(), executor=executor, step_tags=step_tags,
+defs = build_definitions(devices=declared_devices(), executor=executor, step_tags=step_tags,
                          mlflow_tracking_uri=os.environ.get("MLFLOW_TRACKING_URI"))

@@ -1,32 +1,40 @@
-"""The asset chain. Each asset calls the library module of the same name."""
+"""The asset chain. Each asset calls the library module of the same name.
+
+``raw_traces`` is graph-backed (its runner steps are in ``bench_steps.py``) and built by
+:func:`build_raw_traces` for the devices the environment declares; ``audit_history`` and
+its check are in ``audit_history.py``.
+"""
 
 
 from dataclasses import asdict
 
 import pandas as pd
-from dagster import (AssetExecutionContext, AssetOut, MaterializeResult, MetadataValue, Output, ResourceParam, asset,
-                     multi_asset)
+from dagster import (AssetExecutionContext, AssetOut, AssetsDefinition, MaterializeResult, MetadataValue, Output,
+                     ResourceParam, asset, graph_asset, multi_asset)
 from dagster_mlflow.resources import MlFlow
 
 from kernaudit_pipeline import comparisons as comparisons_lib
+from kernaudit_pipeline import gpu_devices
 from kernaudit_pipeline import kernel_runs as kernel_runs_lib
 from kernaudit_pipeline import kernel_sources as kernel_sources_lib
 from kernaudit_pipeline import raw_traces as raw_traces_lib
-from kernaudit_pipeline import recommendations as recommendations_lib
 from kernaudit_pipeline import spill_diagnostics as spill_diagnostics_lib
+from kernaudit_pipeline.defs import bench_steps
+from kernaudit_pipeline.defs.metadata import table
 from kernaudit_pipeline.defs.resources import AuditSettings
+from kernaudit_pipeline.defs.run_tags import selected_modules
 
-
-def _md_table(frame: pd.DataFrame, limit: int = 10) -> MetadataValue:
-    if frame.empty:
-        return MetadataValue.md("_none_")
-    return MetadataValue.md(frame.head(limit).to_markdown(index=False))
+RAW_TRACES_DESCRIPTION = (
+    "GPU benchmark runs (the runner, one step per GPU, each pinned with CUDA_VISIBLE_DEVICES) or, without a "
+    "GPU, the committed H200 sample traces plus the synthetic tables. GPU-tagged: each device has its own pool "
+    "('gpu' on a one-GPU host or when the devices are found at run start, 'gpu-<id>' for declared devices), "
+    "limited to one step.")
 
 
 @asset(group_name="sources", description="Hashes of the kernel modules in kernels/; the sensor's cursor.")
 def kernel_sources(context: AssetExecutionContext) -> pd.DataFrame:
     frame = pd.DataFrame([asdict(s) for s in kernel_sources_lib.observe()])
-    context.add_output_metadata({"kernels": len(frame), "table": _md_table(frame)})
+    context.add_output_metadata({"kernels": len(frame), "table": table(frame)})
     return frame
 
 
@@ -39,7 +47,7 @@ def static_resources(context: AssetExecutionContext, settings: AuditSettings,
     if not settings.static_enabled:
         context.log.info("static audit disabled by settings")
         return pd.DataFrame()
-    wanted = set(settings.static_kernels)
+    wanted = set(settings.static_kernels) | set(selected_modules(context.run.tags) or [])
     results = []
     for module in kernel_sources["module"]:
         if wanted and module not in wanted:
@@ -58,13 +66,22 @@ def static_resources(context: AssetExecutionContext, settings: AuditSettings,
         "configs_compiled": len(frame),
         "spilling_configs": len(spilling),
         "statuses": MetadataValue.json(frame["status"].astype(str).value_counts().to_dict() if len(frame) else {}),
-        "spills": _md_table(spilling[[c for c in ("kernel_name", "config_id", "registers_per_thread",
-                                                   "spill_stores_bytes", "shared_mem_bytes") if c in spilling]]),
+        "spills": table(spilling, ["kernel_name", "config_id", "registers_per_thread", "spill_stores_bytes",
+                                   "stack_frame_bytes", "shared_mem_bytes"]),
     })
     return frame
 
 
-# raw_traces (one runner step per GPU) lives in defs/gpu.py.
+def build_raw_traces(devices: list[gpu_devices.GpuDevice] | None,
+                     step_tags: bench_steps.StepTags | None = None) -> AssetsDefinition:
+    """``raw_traces``: the runner steps for ``devices`` (None or empty: found at run start), then the merge."""
+    steps = bench_steps.runner_steps(devices, step_tags)
+
+    @graph_asset(name="raw_traces", group_name="traces", description=RAW_TRACES_DESCRIPTION)
+    def raw_traces():
+        return bench_steps.merge_traces([step() for step in steps])
+
+    return raw_traces
 
 
 @multi_asset(
@@ -84,7 +101,7 @@ def kernel_runs(context: AssetExecutionContext, raw_traces: raw_traces_lib.RawTr
         "by_source": MetadataValue.json(checked.kernel_runs["source_format"].value_counts().to_dict()),
     })
     yield Output(quarantine, "quarantine", metadata={
-        "rows": len(quarantine), "reasons": _md_table(quarantine[["source_file", "source_row", "reason"]], 20),
+        "rows": len(quarantine), "reasons": table(quarantine, ["source_file", "source_row", "reason"], limit=20),
     })
 
 
@@ -97,7 +114,7 @@ def comparisons(context: AssetExecutionContext, settings: AuditSettings, kernel_
     worst = frame[frame["status"] == "REGRESSION"].nsmallest(5, "speedup")
     context.add_output_metadata({
         "statuses": MetadataValue.json(frame["status"].value_counts().to_dict()),
-        "top_regressions": _md_table(worst[["kernel_name", "shape_name", "config_id", "speedup"]]),
+        "top_regressions": table(worst[["kernel_name", "shape_name", "config_id", "speedup"]]),
     })
     return frame
 
@@ -110,8 +127,9 @@ def spill_diagnostics(context: AssetExecutionContext, comparisons: pd.DataFrame,
     spills = frame[frame["spill_detected"]]
     context.add_output_metadata({
         "spilling_rows": len(spills),
-        "top_spills": _md_table(spills.sort_values("spill_stores_bytes", ascending=False)[
-            ["kernel_name", "config_id", "registers_per_thread", "spill_stores_bytes"]]),
+        "top_spills": table(spills.sort_values("spill_stores_bytes", ascending=False),
+                                ["kernel_name", "shape_name", "config_id", "registers_per_thread",
+                                 "spill_stores_bytes", "stall_lg_throttle_pct", "stall_long_scoreboard_pct"]),
     })
     return frame
 
@@ -153,11 +171,16 @@ def audit_report(context: AssetExecutionContext, settings: AuditSettings, mlflow
 
     active = mlflow_api.active_run()  # dagster-mlflow opened it for this Dagster run
 
+    from kernaudit_pipeline import history as history_lib
+
+    reference = history_lib.compare(settings.paths().history_db, context.run.run_id,
+                                    settings.noise_band).reference_run_id
     inputs = report_lib.ReportInputs(
         run_id=context.run.run_id, mode_note=raw_traces.mode_note, files=raw_traces.files, kernel_runs=kernel_runs,
         quarantine=quarantine, diagnostics=spill_diagnostics, static=static_resources,
         recommendations=list(recommendations.recommendations), rules=raw_traces.rules,
-        advisor_note=recommendations.note(), history=audit_history,
+        advisor_note=recommendations.note(), history=audit_history, history_reference=reference,
+        decisions=tuple(getattr(recommendations, "decisions", None) or ()),
         mlflow_run_url=tracking.run_url(active.info.run_id, active.info.experiment_id) if active else None,
     )
     out_dir = settings.paths().reports / context.run.run_id
@@ -176,9 +199,10 @@ def audit_report(context: AssetExecutionContext, settings: AuditSettings, mlflow
         "mlflow_run": MetadataValue.url(tracking.run_url(mlflow_run_id)),
         "runs": len(kernel_runs),
         "quarantined": len(quarantine),
-        "top_regressions": _md_table(spill_diagnostics[spill_diagnostics["status"] == "REGRESSION"].nsmallest(
+        "top_regressions": table(spill_diagnostics[spill_diagnostics["status"] == "REGRESSION"].nsmallest(
             5, "speedup")[["kernel_name", "shape_name", "config_id", "speedup"]]),
-        "top_spills": _md_table(spill_diagnostics[spill_diagnostics["spill_detected"]].sort_values(
-            "spill_stores_bytes", ascending=False)[["kernel_name", "config_id", "spill_stores_bytes"]]),
+        "top_spills": table(spill_diagnostics[spill_diagnostics["spill_detected"]].sort_values(
+            "spill_stores_bytes", ascending=False), ["kernel_name", "shape_name", "config_id", "spill_stores_bytes",
+                                                     "stall_lg_throttle_pct", "stall_long_scoreboard_pct"], limit=10),
         "preview": MetadataValue.md(files.markdown.read_text()[:6000]),
     })

@@ -44,16 +44,35 @@ def ensure_experiment(tracking_uri: str, artifact_root: str, name: str = MLFLOW_
     return mlflow.create_experiment(name, artifact_location=artifact_root)
 
 
+IMPLICIT_ASSET_JOB = "__ASSET_JOB"  # what Dagster names a run launched from the asset graph
+
+
+def run_name(job_name: str, asset_keys: list[str] | None) -> str:
+    """The MLflow run's name: the job's, or what a UI materialization selected (never ``__ASSET_JOB``)."""
+    if not job_name.startswith(IMPLICIT_ASSET_JOB):
+        return job_name
+    keys = sorted(asset_keys or [])
+    if not keys:
+        return "materialized from the asset graph"
+    shown = ", ".join(keys[:4]) + (f" and {len(keys) - 4} more" if len(keys) > 4 else "")
+    return f"materialized: {shown}"
+
+
 @resource(config_schema=CONFIG_SCHEMA)
 def kernaudit_mlflow(init_context: InitResourceContext) -> MlFlow:
-    """dagster-mlflow's run-per-Dagster-run resource, with the store pinned first."""
+    """dagster-mlflow's run-per-Dagster-run resource, with the store pinned first and a readable run name."""
     config = init_context.resource_config
     paths = data_paths().ensure()
     ensure_experiment(config.get("mlflow_tracking_uri") or paths.mlflow_tracking_uri,
                       paths.mlflow_artifacts.as_uri(), config["experiment_name"])
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", BetaWarning)
-        return MlFlow(init_context)
+        tracker = MlFlow(init_context)
+    run = init_context.run
+    if run is not None and mlflow.active_run() is not None:
+        keys = [k.to_user_string() for k in (run.asset_selection or [])]
+        mlflow.set_tags({"mlflow.runName": run_name(run.job_name, keys), "dagster_job": run.job_name})
+    return tracker
 
 
 def mlflow_resource(paths: DataPaths | None = None):

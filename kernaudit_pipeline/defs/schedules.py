@@ -9,9 +9,9 @@ the definitions load; a bad value stops the load with a one-line reason.
 import os
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from dagster import DefaultScheduleStatus, JobDefinition, ScheduleDefinition
-from dagster._core.definitions.unresolved_asset_job_definition import UnresolvedAssetJobDefinition
-from dagster._utils.schedules import is_valid_cron_string
+from dagster import DagsterInvalidDefinitionError, DefaultScheduleStatus, ScheduleDefinition
+
+from kernaudit_pipeline.defs.run_tags import TRIGGER_TAG
 
 CRON_ENV = "KERNAUDIT_NIGHTLY_CRON"
 TIMEZONE_ENV = "KERNAUDIT_NIGHTLY_TIMEZONE"
@@ -28,8 +28,10 @@ def nightly_timing(environ: dict[str, str] | None = None) -> tuple[str, str]:
     env = os.environ if environ is None else environ
     cron = env.get(CRON_ENV, "").strip() or DEFAULT_CRON
     tz = env.get(TIMEZONE_ENV, "").strip() or DEFAULT_TIMEZONE
-    if not is_valid_cron_string(cron):
-        raise ScheduleConfigError(f"{CRON_ENV}={cron!r} is not a cron string (e.g. {DEFAULT_CRON!r})")
+    try:  # Dagster's own validation, through its public constructor
+        ScheduleDefinition(name="nightly_audit_check", job_name="audit_job", cron_schedule=cron)
+    except DagsterInvalidDefinitionError:
+        raise ScheduleConfigError(f"{CRON_ENV}={cron!r} is not a cron string (e.g. {DEFAULT_CRON!r})") from None
     try:
         ZoneInfo(tz)
     except (ZoneInfoNotFoundError, ValueError):
@@ -37,11 +39,12 @@ def nightly_timing(environ: dict[str, str] | None = None) -> tuple[str, str]:
     return cron, tz
 
 
-def build_nightly_schedule(job: JobDefinition | UnresolvedAssetJobDefinition, cron: str | None = None,
+def build_nightly_schedule(job_name: str = "audit_job", cron: str | None = None,
                            timezone: str | None = None) -> ScheduleDefinition:
     env_cron, env_tz = nightly_timing()
     return ScheduleDefinition(
-        name="nightly_audit", job=job, cron_schedule=cron or env_cron, execution_timezone=timezone or env_tz,
-        tags={"kernaudit/trigger": "nightly"}, default_status=DefaultScheduleStatus.RUNNING,
+        name="nightly_audit", job_name=job_name, cron_schedule=cron or env_cron,
+        execution_timezone=timezone or env_tz, tags={TRIGGER_TAG: "nightly"},
+        default_status=DefaultScheduleStatus.RUNNING,
         description="The full audit every night; its audit_history is compared with the last accepted audit.",
     )

@@ -71,8 +71,8 @@ def test_mlflow_ui_lists_the_audit_run_and_its_kernels(audited, tmp_path):
                                   filter_string=f"tags.dagster_run_id = '{audited.run_id}'")
     nested = client.search_runs([experiment.experiment_id],
                                 filter_string=f"tags.mlflow.parentRunId = '{parent.info.run_id}'")
-    kernels = sorted(r.data.tags["kernel_name"] for r in nested)
-    assert kernels and any(k.endswith(".occupancy_pct") for r in nested for k in r.data.metrics)
+    children = sorted(r.info.run_name for r in nested)  # one per (kernel, shape): "gemm_bf16 · <shape>"
+    assert children and any("occupancy_pct" in r.data.metrics for r in nested)
 
     with mlflow_ui(paths.mlflow_tracking_uri, paths.mlflow_artifacts, tmp_path / "logs") as server:
         with chromium() as page:
@@ -83,7 +83,7 @@ def test_mlflow_ui_lists_the_audit_run_and_its_kernels(audited, tmp_path):
 
             page.goto(f"{server.url}/#/experiments/{experiment.experiment_id}/runs/{parent.info.run_id}")
             page.get_by_text(parent.info.run_id).first.wait_for(timeout=60_000)
-            for kernel in kernels:
-                page.get_by_role("link", name=kernel).first.wait_for(timeout=30_000)  # child runs
+            for child in children[:5]:
+                page.get_by_role("link", name=child).first.wait_for(timeout=30_000)  # child runs
             page.get_by_text("quarantined", exact=True).first.wait_for(timeout=30_000)  # a metric
     assert log.page_errors == [] and log.external_requests == []

@@ -4,6 +4,7 @@ The listings are faked through KERNAUDIT_GPU_DEVICES (this machine has no GPU);
 the pools and slot limits are Dagster's own, read from the project's dagster.yaml.
 """
 
+import os
 import shutil
 import subprocess
 import sys
@@ -97,6 +98,43 @@ def test_three_devices_give_three_pinned_steps_in_three_pools():
 def test_no_gpu_gives_one_step_in_pool_gpu():
     defs = build_definitions(devices=[])
     assert defs.resolve_asset_graph().get(AssetKey("raw_traces")).pools == {"gpu"}
+
+
+FAKE_SMI = """#!/bin/sh
+echo called >> "{marker}"
+echo "0, NVIDIA H200, GPU-11111111-2222-3333-4444-555555555555"
+echo "1, NVIDIA H200, GPU-66666666-7777-8888-9999-000000000000"
+"""
+
+
+def test_devices_are_listed_when_the_run_starts_never_when_the_definitions_load(tmp_path, monkeypatch):
+    """A fake nvidia-smi on PATH: loading the code location must not call it; the runner step must."""
+    marker = tmp_path / "smi-calls"
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    (bindir / "nvidia-smi").write_text(FAKE_SMI.format(marker=marker))
+    (bindir / "nvidia-smi").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bindir}:{os.environ['PATH']}")
+    for name in ("KERNAUDIT_GPU_DEVICES", "KERNAUDIT_GPU_HOSTS", "CUDA_VISIBLE_DEVICES"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("KERNAUDIT_DATA_DIR", str(tmp_path / "data"))
+
+    defs = build_definitions()
+    assert not marker.exists()  # nothing ran at load
+    node = defs.resolve_asset_graph().get(AssetKey("raw_traces"))
+    assert node.pools == {"gpu"}  # one host-level step, in the one-GPU pool
+
+    raw_traces = next(a for a in build_assets() if AssetKey("raw_traces") in a.keys)
+    assert not marker.exists()
+    with DagsterInstance.ephemeral() as instance:
+        result = materialize([raw_traces], instance=instance,
+                             resources={"settings": AuditSettings(data_dir=str(tmp_path / "data"))})
+    assert result.success
+    assert marker.read_text().count("called") == 1  # asked once, when the step ran
+    devices = result.asset_materializations_for_node("raw_traces")[0].metadata["devices"].value
+    assert [d["visible_id"] for d in devices] == ["0", "1"]  # found at run start, kernels split over both
+    assert all("torch sees no CUDA device" in d["note"] for d in devices)
+    assert sum(len(d["kernels"]) for d in devices) == len(kernel_files())
 
 
 def test_faked_devices_materialize_and_say_why_the_runner_did_not_start(tmp_path, monkeypatch):

@@ -5,7 +5,7 @@ import pytest
 from dagster import AssetKey, DagsterInstance, asset, materialize
 
 from kernaudit_pipeline import history
-from kernaudit_pipeline.defs.history import audit_history, no_new_regressions
+from kernaudit_pipeline.defs.audit_history import audit_history, no_new_regressions
 from kernaudit_pipeline.defs.resources import AuditSettings
 
 
@@ -119,14 +119,16 @@ def test_a_regression_fails_the_asset_check_in_the_instance(tmp_path):
         assert first.success
         [evaluation] = first.get_asset_check_evaluations()
         assert evaluation.passed
+        assert "first audit" in evaluation.metadata["reference_run_id"].value  # said, not "no regression"
         second = run([row("a", 110.0, 109.0, 111.0), *BASE[1:]])
         assert second.success  # a failed check reports, it does not crash the audit
         [evaluation] = second.get_asset_check_evaluations()
         assert not evaluation.passed and evaluation.severity.value == "ERROR"
         assert evaluation.metadata["regressions"].value == 1
         assert evaluation.metadata["worst_delta_pct"].value == 10.0
-        table = evaluation.metadata["regressions_table"].value
-        assert "gemm_bf16" in table and "109" in table and "101" in table
+        [record] = evaluation.metadata["regressions_table"].records
+        assert record.data["kernel_name"] == "gemm_bf16" and record.data["latency_ci_low_us"] == 109.0
+        assert record.data["reference_ci_high_us"] == 101.0
         # the check shows on the asset as Dagster records it (what the UI reads)
         latest = instance.get_latest_materialization_event(AssetKey("audit_history"))
         assert latest.asset_materialization.metadata["regressions"].value == 1

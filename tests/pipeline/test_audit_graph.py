@@ -51,6 +51,10 @@ def test_graph_materializes_and_report_says_what_it_used(audited):
     assert "<script>" in html and "Plotly" in html and "cdn." not in html.split("</script>", 1)[1]
 
 
+def result_dir(result, data_dir):
+    return data_paths(data_dir).reports / result.run_id
+
+
 def test_every_asset_and_check_recorded_in_the_instance(audited):
     result, _, data_dir = audited
     with DagsterInstance.from_config(str(data_dir / "dagster_home")) as instance:
@@ -59,7 +63,11 @@ def test_every_asset_and_check_recorded_in_the_instance(audited):
             assert instance.get_latest_materialization_event(AssetKey(name)) is not None, name
     checks = {e.asset_check_evaluation_data.check_name: e.asset_check_evaluation_data.passed
               for e in result.all_events if e.event_type_value == "ASSET_CHECK_EVALUATION"}
-    assert checks == {"kernel_runs_schema": True, "rows_accounted_for": True, "no_new_regressions": True}
+    payload = json.loads((result_dir(result, data_dir) / "report.json").read_text())
+    assert checks == {"kernel_runs_schema": True, "rows_accounted_for": True, "no_new_regressions": True,
+                      "report_counts_add_up": True, "report_is_self_contained": True,
+                      # passes once the recommendations stage hands over its decisions
+                      "report_has_a_decision_per_group": bool(payload["decisions"])}
 
 
 def test_mlflow_run_holds_metrics_and_the_report(audited):
@@ -78,5 +86,13 @@ def test_mlflow_run_holds_metrics_and_the_report(audited):
     nested = client.search_runs([experiment.experiment_id],
                                 filter_string=f"tags.mlflow.parentRunId = '{parent.info.run_id}'")
     assert {r.data.tags["kernel_name"] for r in nested} >= {"flash_attention_fwd", "paged_decode_attention"}
-    assert any(k.endswith(".speedup") for r in nested for k in r.data.metrics)
+    # one child per (kernel, shape): named so, with the paired speedup and its CI, and the kernel's files
+    assert all(r.info.run_name.startswith(r.data.tags["kernel_name"] + " · ") for r in nested)
+    assert len({(r.data.tags["kernel_name"], r.data.tags.get("shape_name")) for r in nested}) == len(nested)
+    measured = [r for r in nested if "speedup_ci_low" in r.data.metrics]
+    assert measured and all(r.data.metrics["speedup_ci_low"] <= r.data.metrics["speedup"]
+                            <= r.data.metrics["speedup_ci_high"] for r in measured)
+    gemm = next(r for r in nested if r.data.tags["kernel_name"] == "gemm_bf16")
+    files = {a.path for a in client.list_artifacts(gemm.info.run_id, "kernel")}
+    assert {"kernel/runs.csv", "kernel/gemm.py"} <= files
     mlflow.set_tracking_uri(None)

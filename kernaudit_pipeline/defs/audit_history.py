@@ -12,9 +12,11 @@ from dagster import (AssetCheckExecutionContext, AssetCheckResult, AssetCheckSev
                      MetadataValue, asset, asset_check)
 
 from kernaudit_pipeline import history as history_lib
+from kernaudit_pipeline.defs.metadata import table
 from kernaudit_pipeline.defs.resources import AuditSettings
+from kernaudit_pipeline.defs.run_tags import TRIGGER_TAG
 
-TRIGGER_TAG = "kernaudit/trigger"
+FIRST_AUDIT = "none: this is the first audit in this data folder, accepted as the reference"
 REGRESSION_TABLE_COLUMNS = ["kind", "kernel_name", "shape_name", "config_id", "device_name", "reference_latency_us",
                             "latency_us", "delta_pct", "latency_ci_low_us", "latency_ci_high_us",
                             "reference_ci_low_us", "reference_ci_high_us"]
@@ -31,10 +33,7 @@ def trigger_of(tags: dict[str, str]) -> str:
 
 
 def regression_table(frame: pd.DataFrame, limit: int = 25) -> MetadataValue:
-    if frame.empty:
-        return MetadataValue.md("_none_")
-    shown = frame[REGRESSION_TABLE_COLUMNS].head(limit).astype(object).where(frame.notna(), None)
-    return MetadataValue.md(shown.to_markdown(index=False))
+    return table(frame, REGRESSION_TABLE_COLUMNS, limit=limit)
 
 
 @asset(group_name="history",
@@ -52,7 +51,7 @@ def audit_history(context: AssetExecutionContext, settings: AuditSettings,
     context.add_output_metadata({
         "keys_recorded": record.rows,
         "accepted": record.accepted,
-        "reference_run_id": result.reference_run_id or "none (this audit is the first reference)",
+        "reference_run_id": result.reference_run_id or FIRST_AUDIT,
         "keys_compared": result.keys_compared,
         "regressions": len(frame),
         "regressions_table": regression_table(frame),
@@ -63,9 +62,15 @@ def audit_history(context: AssetExecutionContext, settings: AuditSettings,
 
 @asset_check(asset=audit_history, description="No (kernel, config, shape, device) regressed against the last "
              "accepted audit: slower beyond the noise band with non-overlapping 95 % CIs, or newly FAILED.")
-def no_new_regressions(context: AssetCheckExecutionContext, audit_history: pd.DataFrame) -> AssetCheckResult:
+def no_new_regressions(context: AssetCheckExecutionContext, settings: AuditSettings,
+                       audit_history: pd.DataFrame) -> AssetCheckResult:
     if audit_history.empty:
-        return AssetCheckResult(passed=True, metadata={"regressions": 0})
+        reference = history_lib.compare(settings.paths().history_db, context.run.run_id,
+                                        settings.noise_band).reference_run_id
+        if reference is None:
+            return AssetCheckResult(passed=True, metadata={"regressions": 0, "reference_run_id": FIRST_AUDIT},
+                                    description="first audit: nothing to compare with, it is the reference now")
+        return AssetCheckResult(passed=True, metadata={"regressions": 0, "reference_run_id": reference})
     worst = audit_history.dropna(subset=["delta_pct"]).nlargest(1, "delta_pct")
     metadata = {
         "regressions": len(audit_history),

@@ -1,0 +1,234 @@
+"""The dashboard's plotly charts: candidate vs baseline, memory footprint, latency heatmaps, roofline.
+
+Every trace-provided string passes through :func:`esc` before it reaches a plotly
+text field; plotly's JSON is emitted with ``<`` as ``\\u003c``, so nothing closes
+the script element.
+"""
+
+from __future__ import annotations
+
+import plotly.graph_objects as go
+import pandas as pd
+from plotly.subplots import make_subplots
+
+from kernaudit_pipeline.audit_report.formatting import col, esc, fmt_num, slug
+from kernaudit_pipeline.audit_report.frames import footprint_frame, roofline_frame
+from kernaudit_pipeline.audit_report.model import ChartSection, ReportInputs
+from kernaudit_pipeline.core.hardware import sm_resources
+
+STATUS_COLORS = {"IMPROVED": "#1a7f37", "REGRESSION": "#cf222e", "NEUTRAL": "#6e7781",
+                 "FAILED": "#8250df", "INCONCLUSIVE": "#bf8700"}
+PLOTLY_CONFIG = {"displaylogo": False, "responsive": True}
+DEFAULT_SM = sm_resources("9.0")  # the limit lines when a config names no compute capability
+
+
+def _figure_html(fig: go.Figure, div_id: str, height: int = 420) -> str:
+    fig.update_layout(template="plotly_white", margin=dict(l=70, r=30, t=60, b=70), height=height)
+    return fig.to_html(full_html=False, include_plotlyjs=False, div_id=div_id, config=PLOTLY_CONFIG)
+
+
+
+# --- candidate vs baseline -------------------------------------------------------------------
+
+def chart_candidate_vs_baseline(best: pd.DataFrame) -> str:
+    labels = [f"{esc(k)}<br>{esc(s)}" for k, s in zip(best["kernel_name"], best["shape_name"])]
+    lat = col(best, "latency_us")
+    fig = go.Figure([
+        go.Bar(name="best candidate (µs)", x=labels, y=lat,
+               error_y=dict(type="data", symmetric=False,
+                            array=(col(best, "latency_ci_high_us") - lat).fillna(0).clip(lower=0),
+                            arrayminus=(lat - col(best, "latency_ci_low_us")).fillna(0).clip(lower=0)),
+               text=[esc(c) for c in best["config_id"]], textposition="none",
+               hovertemplate="%{x}<br>%{text}<br>%{y:.2f} µs<extra></extra>"),
+        go.Bar(name="baseline (µs)", x=labels, y=col(best, "baseline_us"),
+               text=[esc(b) for b in best.get("baseline_name", pd.Series("", index=best.index))],
+               textposition="none", hovertemplate="%{x}<br>%{text}<br>%{y:.2f} µs<extra></extra>"),
+    ])
+    fig.update_layout(title="Best candidate vs baseline per kernel and shape (95 % CI)", barmode="group",
+                      yaxis_title="latency (µs, log)", yaxis_type="log")
+    return _figure_html(fig, "chart-candidate-vs-baseline", 460)
+
+
+def chart_speedups(diag: pd.DataFrame) -> str:
+    """Every timed config's speedup per kernel and shape, coloured by verdict."""
+    timed = diag[col(diag, "speedup").notna()]
+    fig = go.Figure()
+    for status, group in timed.groupby("status"):
+        sp = col(group, "speedup")
+        fig.add_trace(go.Scatter(
+            name=esc(status), mode="markers", marker=dict(color=STATUS_COLORS.get(str(status)), size=7, opacity=0.75),
+            x=[f"{esc(k)}<br>{esc(s)}" for k, s in zip(group["kernel_name"], group["shape_name"])], y=sp,
+            error_y=dict(type="data", symmetric=False, thickness=1,
+                         array=(col(group, "speedup_ci_high") - sp).fillna(0).clip(lower=0),
+                         arrayminus=(sp - col(group, "speedup_ci_low")).fillna(0).clip(lower=0)),
+            text=[esc(c) for c in group["config_id"]],
+            hovertemplate="%{x}<br>%{text}<br>speedup %{y:.3f}<extra></extra>"))
+    fig.add_hline(y=1.0, line=dict(dash="dash", color="#57606a"), annotation_text="baseline")
+    fig.update_layout(title="Speedup of every config vs its baseline (baseline_us / latency_us, 95 % CI)",
+                      yaxis_title="speedup (log)", yaxis_type="log")
+    return _figure_html(fig, "chart-speedups", 460)
+
+
+def chart_status_counts(diag: pd.DataFrame) -> str:
+    counts = diag.groupby(["kernel_name", "status"]).size().reset_index(name="runs")
+    fig = go.Figure([go.Bar(name=esc(s), x=[esc(k) for k in g["kernel_name"]], y=g["runs"],
+                            marker_color=STATUS_COLORS.get(str(s)))
+                     for s, g in counts.groupby("status")])
+    fig.update_layout(title="Verdicts per kernel", barmode="stack", yaxis_title="runs")
+    return _figure_html(fig, "chart-status", 380)
+
+
+def chart_memory_footprint(kernel: str, cfg: pd.DataFrame) -> str:
+    """Registers, spill bytes, shared memory per block (vs the opt-in limit), occupancy per config."""
+    x = [esc(c) for c in cfg["config_id"]]
+    limit = col(cfg, "shared_mem_limit_bytes").dropna()
+    smem_limit = int(limit.iloc[0]) if len(limit) else DEFAULT_SM.smem_per_block_optin_bytes
+    smem = col(cfg, "shared_mem_bytes")
+    fig = make_subplots(rows=4, cols=1, shared_xaxes=True, vertical_spacing=0.05,
+                        subplot_titles=("registers / thread", "spill bytes (stores, loads)",
+                                        f"shared memory / block (bytes; dashed: opt-in limit {smem_limit:,})",
+                                        "theoretical occupancy (%)"))
+    hover = "%{x}<br>%{y:,.0f}<extra>%{fullData.name}</extra>"
+    fig.add_trace(go.Bar(name="registers/thread", x=x, y=col(cfg, "registers_per_thread"), marker_color="#0969da",
+                         hovertemplate=hover), row=1, col=1)
+    fig.add_hline(y=DEFAULT_SM.max_regs_per_thread, line=dict(dash="dot", color="#cf222e"), row=1, col=1)
+    fig.add_trace(go.Bar(name="spill stores (B)", x=x, y=col(cfg, "spill_stores_bytes").fillna(0),
+                         marker_color="#cf222e", hovertemplate=hover), row=2, col=1)
+    fig.add_trace(go.Bar(name="spill loads (B)", x=x, y=col(cfg, "spill_loads_bytes").fillna(0),
+                         marker_color="#fb8f44", hovertemplate=hover), row=2, col=1)
+    fig.add_trace(go.Bar(name="shared memory/block (B)", x=x, y=smem,
+                         marker_color=["#cf222e" if v > smem_limit else "#8250df" for v in smem.fillna(0)],
+                         hovertemplate=hover), row=3, col=1)
+    fig.add_hline(y=smem_limit, line=dict(dash="dash", color="#cf222e"), row=3, col=1)
+    fig.add_trace(go.Bar(name="occupancy %", x=x, y=col(cfg, "occupancy_pct"), marker_color="#1a7f37",
+                         hovertemplate="%{x}<br>%{y:.1f} %<extra></extra>"), row=4, col=1)
+    fig.update_yaxes(range=[0, 100], row=4, col=1)
+    fig.update_xaxes(tickangle=-60, tickfont=dict(size=9), type="category", row=4, col=1)
+    fig.update_layout(title=f"Memory footprint per config: {esc(kernel)}", barmode="group", showlegend=False)
+    return _figure_html(fig, f"chart-footprint-{slug(kernel)}", 820)
+
+
+# --- latency heatmaps ------------------------------------------------------------------------
+
+def chart_latency_heatmaps(kernel: str, shape: str, frame: pd.DataFrame) -> str | None:
+    fig = heatmap_figure(kernel, shape, frame)
+    if fig is None:
+        return None
+    return _figure_html(fig, f"chart-heatmap-{slug(kernel, shape)}", 190 + 230 * fig.layout.meta["grid_rows"])
+
+
+def heatmap_figure(kernel: str, shape: str, frame: pd.DataFrame) -> go.Figure | None:
+    """Latency over BLOCK_M x BLOCK_N, one panel per (num_warps, num_stages); None if nothing to grid."""
+    frame = frame.assign(block_m=col(frame, "block_m"), block_n=col(frame, "block_n"),
+                         num_warps=col(frame, "num_warps").fillna(4), num_stages=col(frame, "num_stages").fillna(0),
+                         latency_us=col(frame, "latency_us"))
+    frame = frame[frame["block_m"].notna() & frame["block_n"].notna()]
+    timed_rows = frame[frame["latency_us"].notna()]
+    if timed_rows.empty:
+        return None
+    # a panel row or column with no timed config at all would only be an empty frame
+    warps = sorted(timed_rows["num_warps"].unique())
+    stages = sorted(timed_rows["num_stages"].unique())
+    frame = frame[frame["num_warps"].isin(warps) & frame["num_stages"].isin(stages)]
+    bms = sorted(frame["block_m"].unique())
+    bns = sorted(frame["block_n"].unique())
+    titles = [f"warps={int(w)}, stages={int(s) if s else '?'}" for w in warps for s in stages]
+    fig = make_subplots(rows=len(warps), cols=len(stages), subplot_titles=titles, shared_xaxes=True,
+                        shared_yaxes=True, horizontal_spacing=0.04, vertical_spacing=0.12 / max(len(warps), 1))
+    lat = frame["latency_us"].dropna()
+    for i, w in enumerate(warps, start=1):
+        for j, s in enumerate(stages, start=1):
+            cell = frame[(frame["num_warps"] == w) & (frame["num_stages"] == s)]
+            z, text, hover = [], [], []
+            for bm in bms:
+                zr, tr, hr = [], [], []
+                for bn in bns:
+                    hits = cell[(cell["block_m"] == bm) & (cell["block_n"] == bn)]
+                    timed = hits.dropna(subset=["latency_us"])
+                    if len(timed):
+                        best = timed.loc[timed["latency_us"].idxmin()]
+                        zr.append(float(best["latency_us"]))
+                        tr.append(fmt_num(float(best["latency_us"]), 1))
+                        hr.append(f"{esc(best['config_id'])}<br>{float(best['latency_us']):,.2f} µs"
+                                  f"<br>{esc(best.get('status'))}")
+                    else:
+                        zr.append(None)
+                        status = esc(hits["status"].iloc[0]) if len(hits) and "status" in hits else ""
+                        tr.append(status)
+                        hr.append(f"{esc(hits['config_id'].iloc[0])}<br>{status}" if len(hits) else "not in the sweep")
+                z.append(zr)
+                text.append(tr)
+                hover.append(hr)
+            fig.add_trace(go.Heatmap(z=z, x=[str(int(v)) for v in bns], y=[str(int(v)) for v in bms], text=text,
+                                     customdata=hover, texttemplate="%{text}", textfont=dict(size=10),
+                                     coloraxis="coloraxis", hoverongaps=False,
+                                     hovertemplate="BLOCK_M=%{y} BLOCK_N=%{x}<br>%{customdata}<extra></extra>"),
+                          row=i, col=j)
+    fig.update_xaxes(type="category", title_text="BLOCK_N", row=len(warps))
+    fig.update_yaxes(type="category", title_text="BLOCK_M", col=1)
+    fig.update_layout(title=f"Latency (µs) over BLOCK_M × BLOCK_N: {esc(kernel)} · {esc(shape)}",
+                      coloraxis=dict(colorscale="Viridis", cmin=float(lat.min()), cmax=float(lat.max()),
+                                     colorbar=dict(title="µs")),
+                      meta={"grid_rows": len(warps), "grid_cols": len(stages)})
+    return fig
+
+
+def chart_roofline(points: pd.DataFrame) -> str:
+    fig = go.Figure()
+    ai = points["arithmetic_intensity"]
+    x_lo, x_hi = float(ai.min()) / 4, float(ai.max()) * 4
+    ceilings = points[["device_name", "dtype", "compute_ceiling_tflops", "bandwidth_ceiling_gb_per_s"]].copy()
+    ceilings = ceilings.dropna(subset=["compute_ceiling_tflops", "bandwidth_ceiling_gb_per_s"]).drop_duplicates(
+        ["compute_ceiling_tflops", "bandwidth_ceiling_gb_per_s"])
+    for _, c in ceilings.iterrows():
+        peak, bw = float(c["compute_ceiling_tflops"]), float(c["bandwidth_ceiling_gb_per_s"])
+        ridge = peak * 1e3 / bw  # FLOP/byte where the two ceilings meet
+        xs = [min(x_lo, ridge / 4), ridge, max(x_hi, ridge * 4)]
+        ys = [min(peak, x * bw / 1e3) for x in xs]
+        fig.add_trace(go.Scatter(
+            name=f"ceiling {esc(c['device_name'])} {esc(c['dtype'])}: {peak:,.0f} TFLOP/s, {bw:,.0f} GB/s",
+            x=xs, y=ys, mode="lines", line=dict(color="#57606a", dash="dash"),
+            hovertemplate="%{x:.1f} FLOP/B → %{y:.1f} TFLOP/s<extra>ceiling</extra>"))
+    for kernel, group in points.groupby("kernel_name"):
+        fig.add_trace(go.Scatter(
+            name=esc(kernel), mode="markers", x=group["arithmetic_intensity"], y=group["achieved_tflops"],
+            marker=dict(size=7, opacity=0.7),
+            text=[f"{esc(s)}<br>{esc(c)}" for s, c in zip(group["shape_name"], group["config_id"])],
+            hovertemplate="%{text}<br>%{x:.1f} FLOP/B, %{y:.1f} TFLOP/s<extra>%{fullData.name}</extra>"))
+    fig.update_layout(title="Roofline: achieved TFLOP/s vs arithmetic intensity (dashed: compute and bandwidth "
+                      "ceilings)", xaxis=dict(type="log", title="arithmetic intensity (FLOP/byte)"),
+                      yaxis=dict(type="log", title="achieved TFLOP/s"))
+    return _figure_html(fig, "chart-roofline", 520)
+
+
+# --- assembling ------------------------------------------------------------------------------
+
+def build_charts(inputs: ReportInputs, best: pd.DataFrame) -> list[ChartSection]:
+    diag = inputs.diagnostics
+    charts: list[ChartSection] = []
+    if len(best):
+        charts.append(ChartSection("chart-candidate-vs-baseline", "Candidate vs baseline", "compare",
+                                   chart_candidate_vs_baseline(best)))
+    if len(diag) and col(diag, "speedup").notna().any():
+        charts.append(ChartSection("chart-speedups", "Speedup of every config", "compare", chart_speedups(diag)))
+    if len(diag):
+        charts.append(ChartSection("chart-status", "Verdicts", "compare", chart_status_counts(diag)))
+    footprint = footprint_frame(inputs.static, diag)
+    for kernel, cfg in footprint.groupby("kernel_name", sort=True) if len(footprint) else []:
+        sources = ", ".join(sorted(cfg["footprint_source"].unique()))
+        charts.append(ChartSection(f"chart-footprint-{slug(kernel)}", f"Memory footprint: {kernel}", "memory",
+                                   chart_memory_footprint(str(kernel), cfg), kernel=str(kernel),
+                                   note=f"{len(cfg)} configs, from: {sources}"))
+    if len(diag) and {"block_m", "block_n"} <= set(diag.columns):
+        keyed = diag.fillna({"shape_name": ""})
+        for (kernel, shape), group in keyed.groupby(["kernel_name", "shape_name"], sort=True):
+            chart = chart_latency_heatmaps(str(kernel), str(shape), group)
+            if chart is not None:
+                charts.append(ChartSection(f"chart-heatmap-{slug(kernel, shape)}", f"Latency heatmap: {kernel} · {shape}",
+                                           "heatmap", chart, kernel=str(kernel)))
+    points = roofline_frame(diag) if len(diag) else diag
+    if len(points):
+        charts.append(ChartSection("chart-roofline", "Roofline", "roofline", chart_roofline(points)))
+    return charts
+
+
