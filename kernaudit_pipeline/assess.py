@@ -21,7 +21,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from kernaudit_pipeline.comparisons import DEFAULT_NOISE_BAND, compare_row
 from kernaudit_pipeline.kernel_runs import normalize
-from kernaudit_pipeline.recommendations import recommend_row
+from kernaudit_pipeline.recommendations.rules import diagnose_row
 from kernaudit_pipeline.spill_diagnostics import diagnose_record, spill_detected
 
 
@@ -71,7 +71,7 @@ def assess_item(fields: dict[str, Any], *, source_file: str, row: int,
         # A row that fails the schema never gets a performance verdict.
         record.update(status="INCONCLUSIVE", status_reason=f"invalid input: {validation_errors[0]}")
     record["spill_detected"] = spill_detected(record)
-    rec = recommend_row(record)
+    rec = diagnose_row(record)
     # occupancy, SRAM, roofline and the spill evidence chain, where the item has the fields
     diagnostics = {k: v for k, v in diagnose_record(record).items() if v is not None}
     return {

@@ -98,7 +98,9 @@ class KernelRuns(pa.DataFrameModel):
     triton_version: Series[str] = pa.Field(nullable=True)
     torch_version: Series[str] = pa.Field(nullable=True)
     kernel_source_hash: Series[str] = pa.Field(nullable=True)
-    # provenance
+    # provenance: measured (a GPU timed it), modelled (the synthetic generator) or predicted (the
+    # static cost model); empty means the source format says (comparisons.data_kind_of)
+    data_kind: Series[str] = pa.Field(nullable=True, isin=["measured", "modelled", "predicted"])
     source_format: Series[str] = pa.Field(str_length={"min_value": 1})
     source_file: Series[str] = pa.Field(str_length={"min_value": 1})
     source_row: Series[pd.Int64Dtype] = pa.Field(ge=0)

@@ -2,7 +2,9 @@
 
 The seed asks for "normalized synthetic benchmark tables representing Triton
 attention kernel runs across varying tile sizes". These are not measurements;
-every row says so (``source_format = "synthetic"``). The numbers come from a
+every row says so: ``data_kind = "modelled"``, ``source_format = "synthetic"``, and a
+device label (``DEVICE_LABEL``) that names no real card, so a modelled row can never
+be taken for, or grouped with, a run on a real H200. The numbers come from a
 small model calibrated on the H200 figures in ANCHORS.md, so registers,
 spills, shared memory and latency agree with each other:
 
@@ -49,6 +51,9 @@ from kernaudit_pipeline.core.configs import config_id
 from kernaudit_pipeline.settings import PROJECT_ROOT, SYNTHETIC_DIR
 
 MODEL_VERSION = "synthetic-attention-v1"
+# Not a device name torch or ncu would print: modelled rows form groups of their own. The
+# compute capability stays 9.0, so the occupancy arithmetic uses sm_90's limits.
+DEVICE_LABEL = "synthetic model (H200-calibrated)"
 REG_BASE = 8.0
 REG_PER_ACC = 1.75
 MAX_REGS = 255
@@ -171,8 +176,9 @@ def generate(seed: int = 0, faults: int = 3) -> pd.DataFrame:
                             "flops": flops, "bytes_moved": nbytes,
                             "baseline_name": baseline_name, "baseline_us": base["median"],
                             "baseline_ci_low_us": base["ci_low"], "baseline_ci_high_us": base["ci_high"],
-                            "device_name": "NVIDIA H200", "compute_capability": "9.0",
-                            "source_format": "synthetic", "source_file": f"{MODEL_VERSION}(seed={seed})",
+                            "device_name": DEVICE_LABEL, "compute_capability": "9.0",
+                            "data_kind": "modelled", "source_format": "synthetic",
+                            "source_file": f"{MODEL_VERSION}(seed={seed})",
                             "source_row": len(rows),
                         }
                         q_len = 1 if shape.phase == "decode" else shape.seq_len
@@ -195,7 +201,7 @@ def generate(seed: int = 0, faults: int = 3) -> pd.DataFrame:
                         row.update(latency_us=s["median"], latency_p10_us=s["p10"], latency_p90_us=s["p90"],
                                    latency_ci_low_us=s["ci_low"], latency_ci_high_us=s["ci_high"],
                                    latency_samples=SAMPLES, correct=True, max_rel_error=float(rng.uniform(1e-3, 4e-3)),
-                                   run_status="OK", run_message=f"{MODEL_VERSION}: modelled, not measured")
+                                   run_status="OK", run_message=f"modelled by {MODEL_VERSION}; no GPU timed it")
                         rows.append(row)
     frame = pd.DataFrame(rows)
     if faults:

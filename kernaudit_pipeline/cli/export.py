@@ -1,4 +1,4 @@
-"""``kernaudit export``: still parsed by ``kernaudit_pipeline.config_export.cli`` (to be moved into this module)."""
+"""``kernaudit export``: still parsed by ``kernaudit_pipeline.recommendations.export.cli`` (to be moved into this module)."""
 
 from __future__ import annotations
 
@@ -8,4 +8,4 @@ LEGACY = True
 
 
 def run_legacy(argv: list[str]) -> int:
-    return int(importlib.import_module("kernaudit_pipeline.config_export").cli(argv) or 0)
+    return int(importlib.import_module("kernaudit_pipeline.recommendations.export").cli(argv) or 0)

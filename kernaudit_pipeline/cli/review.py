@@ -1,4 +1,4 @@
-"""``kernaudit review``: still parsed by ``kernaudit_pipeline.review.cli`` (to be moved into this module)."""
+"""``kernaudit review``: still parsed by ``kernaudit_pipeline.recommendations.review.cli`` (to be moved into this module)."""
 
 from __future__ import annotations
 
@@ -8,4 +8,4 @@ LEGACY = True
 
 
 def run_legacy(argv: list[str]) -> int:
-    return int(importlib.import_module("kernaudit_pipeline.review").cli(argv) or 0)
+    return int(importlib.import_module("kernaudit_pipeline.recommendations.review").cli(argv) or 0)

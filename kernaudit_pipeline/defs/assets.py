@@ -134,26 +134,31 @@ def spill_diagnostics(context: AssetExecutionContext, comparisons: pd.DataFrame,
     return frame
 
 
-@asset(group_name="analysis", description="Deterministic tuning rules with evidence; every proposal is "
-       "verified by recompiling it. Claude adds commentary when a key is set. All start PENDING_REVIEW.")
+@asset(group_name="analysis", description="One decision per (kernel, shape, device) (ship a config, keep the "
+       "baseline, or no decision, with the reason), a short review queue verified by recompiles and the sweep's "
+       "measurements, block-size heuristics learned from the sweep, and Claude's checked advice when a key is set. "
+       "Every queue item starts PENDING_REVIEW.")
 def recommendations(context: AssetExecutionContext, settings: AuditSettings, spill_diagnostics: pd.DataFrame):
-    from kernaudit_pipeline import advisor, review
-    from kernaudit_pipeline.verification import VerifySettings
+    from kernaudit_pipeline.recommendations import review, stage
+    from kernaudit_pipeline.recommendations.advisor import AdvisorSettings
+    from kernaudit_pipeline.recommendations.verify import VerifySettings
 
     paths = settings.paths()
     verify = VerifySettings(timeout_s=settings.static_timeout_s, cache_dir=paths.static_cache,
                             noise_band=settings.noise_band,
                             max_compiles=(0 if not settings.static_enabled else
                                           None if settings.verify_max_compiles < 0 else settings.verify_max_compiles))
-    advice = advisor.AdvisorSettings.from_env(enabled=settings.advisor != "off")
-    result = advisor.recommendations_stage(spill_diagnostics, verify_settings=verify, advisor_settings=advice)
+    advice = AdvisorSettings.from_env(enabled=settings.advisor != "off")
+    result = stage.run(spill_diagnostics, verify_settings=verify, advisor_settings=advice)
     store = review.save_recommendations(list(result.recommendations), paths.root)
     recs = list(result.recommendations)
-    codes = pd.Series([r.code for r in recs]).value_counts().head(15).to_dict() if recs else {}
+    decisions = pd.Series([str(d.decision) for d in result.decisions]).value_counts().to_dict() if result.decisions else {}
     states = pd.Series([str(r.verification.state) for r in recs]).value_counts().to_dict() if recs else {}
     context.add_output_metadata({
-        "recommendations": len(recs), "advisor": result.note(), "codes": MetadataValue.json(codes),
-        "verification": MetadataValue.json(states), "store": MetadataValue.path(str(store)),
+        "decisions": MetadataValue.json(decisions), "review_queue": len(recs),
+        "heuristics": MetadataValue.md("\n".join(f"- {h.kernel_name}: {h.text} ({h.verification})"
+                                                  for h in result.heuristics) or "_none_"),
+        "advisor": result.note(), "verification": MetadataValue.json(states), "store": MetadataValue.path(str(store)),
     })
     return result
 

@@ -2,9 +2,13 @@
 
 It speaks real HTTP on 127.0.0.1 (ephemeral port) so that tests drive the real
 ``anthropic`` SDK end to end: its request building, retries with backoff,
-timeouts and response parsing. Each request consumes the next scripted reply;
-when the script runs out the server answers 500, so a test can never hang on
-an unexpected extra call.
+timeouts, ``messages.parse`` and its structured-output validation. Each request
+consumes the next scripted reply; when the script runs out the server answers
+500, so a test can never hang on an unexpected extra call.
+
+A reply with ``hang=True`` never answers on its own: the handler waits until
+the server shuts down (the client's timeout or total budget must give up
+first), so no test depends on how long anything takes.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 MAX_DELAY_S = 5.0
+MAX_HANG_S = 120.0  # a safety net only: the server's shutdown releases a hanging handler
 
 
 @dataclass(frozen=True)
@@ -26,6 +31,7 @@ class Reply:
     headers: dict[str, str] = field(default_factory=dict)
     delay_s: float = 0.0
     echo_api_key: bool = False  # put the received x-api-key into the body (a leaky proxy)
+    hang: bool = False  # accept the request and never answer (until the server shuts down)
 
 
 @dataclass(frozen=True)
@@ -55,6 +61,11 @@ def message_body(text: str, *, input_tokens: int = 1200, output_tokens: int = 30
     }
 
 
+def structured_body(output: dict, **kw) -> dict:
+    """A Messages API response carrying ``output`` as the structured-output JSON text."""
+    return message_body(json.dumps(output), **kw)
+
+
 def error_body(kind: str, message: str) -> dict:
     return {"type": "error", "error": {"type": kind, "message": message}}
 
@@ -64,6 +75,7 @@ class FakeAnthropic:
         self.script = list(script)
         self.received: list[Received] = []
         self._lock = threading.Lock()
+        self._closing = threading.Event()
         fake = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -84,6 +96,9 @@ class FakeAnthropic:
                     fake.received.append(received)
                     reply = fake.script.pop(0) if fake.script else Reply(
                         500, error_body("api_error", "fake server: no scripted reply left"))
+                if reply.hang:
+                    fake._closing.wait(MAX_HANG_S)
+                    return
                 if reply.delay_s:
                     time.sleep(min(reply.delay_s, MAX_DELAY_S))
                 payload = reply.body
@@ -117,6 +132,7 @@ class FakeAnthropic:
         return self
 
     def __exit__(self, *exc: object) -> None:
+        self._closing.set()
         self._server.shutdown()
         self._server.server_close()
         self._thread.join(timeout=5)

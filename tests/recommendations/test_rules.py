@@ -1,4 +1,4 @@
-"""Each rule fires on a crafted row, with the right code, config and evidence."""
+"""Each per-config rule fires on a crafted row, with the right code, config and evidence."""
 
 from __future__ import annotations
 
@@ -11,10 +11,13 @@ import pandas as pd
 import pytest
 
 from kernaudit_pipeline.comparisons import build_comparisons
-from kernaudit_pipeline.recommendations import (
-    Action, Recommendation, ReviewState, Rule, Source, accumulator_regs_per_thread, build_recommendations,
-    recommend_row, recommendation_from_json, recommendation_json_schema, recommendation_to_json,
+from kernaudit_pipeline.recommendations.limits import accumulator_regs_per_thread
+from kernaudit_pipeline.recommendations.model import (
+    Action, Recommendation, ReviewState, Rule, Source, content_sha256, recommendation_from_json,
+    recommendation_json_schema, recommendation_to_json,
 )
+from kernaudit_pipeline.recommendations.rules import diagnose_row as recommend_row
+from kernaudit_pipeline.recommendations.rules import diagnoses
 from kernaudit_pipeline.spill_diagnostics import diagnose
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -156,46 +159,27 @@ def _sweep() -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def test_group_context_adopts_the_best_and_switches_the_rest():
+def test_diagnoses_are_one_per_config_for_the_diagnostics_table():
     frame = diagnose(build_comparisons(_sweep().assign(baseline_us=100.0)))
-    recs = {r.current_config["block_n"] * 1000 + r.current_config["block_m"]: r for r in build_recommendations(frame)}
-    best, mid, slow = recs[256 * 1000 + 128], recs[128 * 1000 + 128], recs[64 * 1000 + 64]
-    assert best.action == Action.ADOPT and best.code == "adopt_configuration_for_production_profile"
-    # 128x128 is a regression here (110 us vs 100): keep the baseline, but the group has an improving config
-    assert mid.rule == Rule.CLEAN_REGRESSION
-    assert mid.code == "keep_baseline_next_best_measured_128x256x64_w8_s3"
-    assert mid.alternative_config["block_n"] == 256
-    assert _evidence(mid)["next_best_speedup"][0] == pytest.approx(100 / 90, abs=1e-4)
-    assert slow.alternative_config["block_n"] == 256
-
-
-def test_improving_but_not_best_switches_to_the_best():
-    frame = diagnose(build_comparisons(_sweep().assign(baseline_us=150.0)))
-    recs = build_recommendations(frame)
-    by_code = {r.code: r for r in recs}
-    assert "adopt_configuration_for_production_profile" in by_code
-    switch = by_code["switch_to_128x256x64_w8_s3_best_measured_configuration"]
-    assert switch.action == Action.SWITCH_CONFIG and switch.current_config["block_m"] == 128
-    assert switch.new_config["block_n"] == 256
-
-
-def test_clean_regression_everywhere_keeps_the_baseline_and_names_the_next_best():
-    frame = diagnose(build_comparisons(_sweep().assign(baseline_us=60.0)))
-    recs = {r.current_config["block_m"] * 1000 + r.current_config["block_n"]: r for r in build_recommendations(frame)}
-    fastest = recs[128 * 1000 + 256]
-    assert fastest.action == Action.KEEP_BASELINE and fastest.new_config is None
-    assert fastest.code == "keep_baseline_next_best_measured_128x128x64_w8_s3"
-    other = recs[64 * 1000 + 64]
-    assert other.code == "keep_baseline_next_best_measured_128x256x64_w8_s3"
+    table = diagnoses(frame)
+    assert len(table) == len(frame)
+    assert list(table["diagnosis"]) == ["adopt_configuration_for_production_profile",
+                                        "keep_baseline_and_retune_tile_configuration",
+                                        "keep_baseline_and_retune_tile_configuration"]
+    assert set(table["config_id"]) == {"BK64_BM128_BN256_GM8_s3_w8", "BK64_BM128_BN128_GM8_s3_w8",
+                                       "BK64_BM64_BN64_GM8_s3_w4"}
 
 
 def test_record_round_trips_through_its_json_schema():
     frame = diagnose(build_comparisons(_sweep().assign(baseline_us=100.0)))
-    for rec in build_recommendations(frame):
+    for _, row in frame.iterrows():
+        rec = recommend_row(row)
         assert rec.review_state == ReviewState.PENDING_REVIEW and rec.source == Source.RULES
         data = recommendation_to_json(rec)
         json.dumps(data)  # plain JSON
-        assert recommendation_from_json(data) == rec
+        back = recommendation_from_json(json.loads(json.dumps(data)))
+        assert back == rec
+        assert content_sha256(back) == content_sha256(rec)
     schema = recommendation_json_schema()
     for key in ("kernel_name", "current_config", "action", "new_config", "code", "rationale", "evidence",
                 "expected_effect", "verification", "confidence", "source", "review_state"):
@@ -205,7 +189,7 @@ def test_record_round_trips_through_its_json_schema():
 
 def test_schema_rejects_a_malformed_record():
     frame = diagnose(build_comparisons(_sweep().assign(baseline_us=100.0)))
-    good = recommendation_to_json(build_recommendations(frame)[0])
+    good = recommendation_to_json(recommend_row(frame.iloc[0]))
     for path, bad in ((("action",), "teleport"), (("current_config", "block_m"), "big"), (("confidence",), 1.5),
                       (("rec_id",), "rec-xyz"), (("verification", "state"), "PROBABLY")):
         data = json.loads(json.dumps(good))
@@ -243,5 +227,4 @@ def test_rules_read_the_diagnostics_occupancy_columns():
     row = frame.iloc[0]
     assert row["occupancy_limiter"] == "shared_mem" and bool(row["smem_limited"])
     assert (row["occupancy_limit_shared_mem"], row["occupancy_limit_registers"]) == (3, 8)
-    (rec,) = build_recommendations(frame)
-    assert rec.rule == Rule.SMEM_OCCUPANCY
+    assert recommend_row(frame.iloc[0]).rule == Rule.SMEM_OCCUPANCY

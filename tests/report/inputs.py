@@ -25,8 +25,9 @@ def sample_files() -> list[Path]:
 def library_inputs(data_dir: Path, *, rename: dict[str, str] | None = None, static: pd.DataFrame | None = None,
                    history: pd.DataFrame | None = None) -> ReportInputs:
     """``rename`` maps kernel names to others (e.g. a hostile one) before anything is computed."""
-    from kernaudit_pipeline import advisor
-    from kernaudit_pipeline.verification import VerifySettings
+    from kernaudit_pipeline.recommendations import stage
+    from kernaudit_pipeline.recommendations.advisor import AdvisorSettings
+    from kernaudit_pipeline.recommendations.verify import VerifySettings
 
     data_paths(data_dir).ensure()
     traces = raw_traces.read_files(sample_files(), raw_traces.TraceMode.COMMITTED_SAMPLES,
@@ -37,9 +38,8 @@ def library_inputs(data_dir: Path, *, rename: dict[str, str] | None = None, stat
     checked = kernel_runs.normalize(rows)
     comp = comparisons.build_comparisons(checked.kernel_runs, 0.02)
     diag = spill_diagnostics.diagnose(comp, peaks=traces.peaks)
-    result = advisor.recommendations_stage(
-        diag, verify_settings=VerifySettings(max_compiles=0, noise_band=0.02),
-        advisor_settings=advisor.AdvisorSettings.from_env(enabled=False))
+    result = stage.run(diag, verify_settings=VerifySettings(max_compiles=0, noise_band=0.02),
+                       advisor_settings=AdvisorSettings.from_env(enabled=False))
     return ReportInputs(run_id="test-run", mode_note=traces.mode_note, files=traces.files,
                         kernel_runs=checked.kernel_runs, quarantine=checked.quarantine, diagnostics=diag,
                         static=static if static is not None else pd.DataFrame(),

@@ -30,7 +30,7 @@ from typing import Iterator
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from kernaudit_pipeline.recommendations import (
+from kernaudit_pipeline.recommendations.model import (
     Recommendation, ReviewState, VerificationState, recommendation_from_json, recommendation_to_json,
 )
 from kernaudit_pipeline.settings import data_paths
@@ -235,9 +235,9 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _format(recs: list[Recommendation]) -> str:
-    header = ("rec_id", "review", "verification", "static", "source", "kernel", "shape", "code")
+    header = ("rec_id", "review", "verification", "fits", "vs_baseline", "source", "kernel", "shape", "code")
     rows = [header] + [(r.rec_id, str(r.review_state), str(r.verification.state),
-                        str(r.verification.static_state), str(r.source),
+                        str(r.verification.fits), str(r.verification.faster_than_baseline), str(r.source),
                         r.kernel_name, r.shape_name or "-", r.code) for r in recs]
     widths = [max(len(row[i]) for row in rows) for i in range(len(header) - 1)]
     return "\n".join("  ".join(c.ljust(w) for c, w in zip(row[:-1], widths)) + "  " + row[-1] for row in rows)

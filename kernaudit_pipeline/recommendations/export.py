@@ -22,14 +22,26 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
 
-from kernaudit_pipeline.best_config import vllm_entry, vllm_filename
-from kernaudit_pipeline.recommendations import Action, Recommendation, ReviewState, VerificationState
-from kernaudit_pipeline.review import (
+from kernaudit_pipeline.core.configs import COLUMN_TO_VLLM, VLLM_REQUIRED
+from kernaudit_pipeline.recommendations.model import Action, Recommendation, ReviewState, VerificationState
+from kernaudit_pipeline.recommendations.review import (
     ReviewError, UnknownRecommendation, data_dir, load_recommendations, read_trail, review_states,
 )
 
 NO_CONFIG_ACTIONS = frozenset({Action.KEEP_BASELINE, Action.FIX_CORRECTNESS, Action.REMEASURE})
 MANIFEST = "manifest.json"
+
+
+def vllm_entry(config: dict) -> dict[str, int]:
+    """One vLLM config entry; raises ValueError naming any missing key."""
+    missing = [k for k in VLLM_REQUIRED if config.get(k) is None]
+    if missing:
+        raise ValueError(f"config lacks {', '.join(missing)} for a vLLM entry")
+    return {COLUMN_TO_VLLM[k]: int(config[k]) for k in VLLM_REQUIRED}
+
+
+def vllm_filename(n: int, k: int, device_name: str | None) -> str:
+    return f"N={n},K={k},device_name={(device_name or 'unknown_device').strip().replace(' ', '_')}.json"
 
 
 class ExportRefused(ReviewError):
