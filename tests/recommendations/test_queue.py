@@ -149,3 +149,19 @@ def test_the_stage_result_pickles_for_the_dagster_io_manager(committed):
     _frame, result = committed
     back = pickle.loads(pickle.dumps(result))
     assert back.decisions == result.decisions and back.recommendations == result.recommendations
+
+
+def test_the_held_out_check_script_passes_on_the_committed_sweep():
+    """scripts/check_decisions.py is what the held-out sweep will be judged with; it recomputes the
+    fastest config from the rows and must agree with the engine on the data it was designed on."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[2] / "scripts" / "check_decisions.py"
+    spec = importlib.util.spec_from_file_location("check_decisions", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    report = module.check([H200_SAMPLES_DIR / "bench_h200.jsonl"], 0.02)
+    assert len(report["groups"]) == 18 and report["failed"] == 0
+    assert {g["decision"] for g in report["groups"]} == {"SHIP_CONFIG", "KEEP_BASELINE", "NO_DECISION"}
+    assert all(g["off_fastest"] <= 1.02 for g in report["groups"])
