@@ -148,6 +148,15 @@ class Verification:
     measured_source: str | None = None
 
 
+def refuted_fit(v: Verification) -> bool:
+    """Refuted for a reason other than speed (it does not compile, launch, or lose its spills):
+    such a config can be neither approved nor exported. A config refuted only because it was
+    measured slower can be approved by a person, and exported with ``--allow-slower``."""
+    return v.fits == VerificationState.REFUTED or (
+        v.state == VerificationState.REFUTED
+        and VerificationState.REFUTED not in (v.faster_than_baseline, v.faster_than_current))
+
+
 @dataclass(frozen=True)
 class Recommendation:
     rec_id: str

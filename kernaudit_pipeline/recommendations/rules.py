@@ -44,6 +44,7 @@ import pandas as pd
 from kernaudit_pipeline.core.configs import (
     TRITON_DEFAULT_NUM_WARPS, VALID_NUM_WARPS, config_label, is_power_of_two, row_config, row_shape_dims,
 )
+from kernaudit_pipeline.core.hardware import SM_RESOURCES
 from kernaudit_pipeline.core.values import as_int, finite_float, is_missing, plain
 from kernaudit_pipeline.core.verdicts import Decision, DecisionKind, Status
 from kernaudit_pipeline.recommendations.limits import (
@@ -74,6 +75,9 @@ MIN_K_ITERATIONS_PER_SPLIT = 4
 OUT_OF_SMEM_STATUSES = frozenset({"OUT_OF_RESOURCES", "PRUNED_SMEM"})
 TILE_KEYS = ("block_m", "block_n", "block_k", "group_m", "split_k")
 MAX_TILE_DIM = 4096
+# No block holds more fp32 accumulator values than 255 registers x 1024 threads: a larger
+# BLOCK_M x BLOCK_N cannot compile without spilling it all, on any NVIDIA GPU.
+MAX_ACCUMULATOR = SM_RESOURCES["9.0"].max_regs_per_thread * SM_RESOURCES["9.0"].max_threads_per_block
 ADOPT_CODE = "adopt_configuration_for_production_profile"
 
 
@@ -85,6 +89,10 @@ def config_problem(cfg: Mapping[str, object]) -> str | None:
         v = cfg[key]
         if not is_power_of_two(v) or as_int(v) != finite_float(v) or as_int(v) > MAX_TILE_DIM:
             return f"{key}={v} is not a power of two between 1 and {MAX_TILE_DIM}"
+    bm, bn = as_int(cfg.get("block_m")), as_int(cfg.get("block_n"))
+    if bm and bn and bm * bn > MAX_ACCUMULATOR:
+        return (f"a {bm}x{bn} tile's fp32 accumulator ({bm * bn:,} values) exceeds what one block can hold "
+                f"in registers ({MAX_ACCUMULATOR:,})")
     if "num_warps" in cfg and as_int(cfg["num_warps"]) not in VALID_NUM_WARPS:
         return f"num_warps={cfg['num_warps']} is not one of {', '.join(map(str, VALID_NUM_WARPS))}"
     if "num_stages" in cfg and not 1 <= (as_int(cfg["num_stages"]) or 0) <= 16:
