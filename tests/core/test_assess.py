@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from kernaudit_pipeline.assess import assess, cli
+from kernaudit_pipeline import cli
+from kernaudit_pipeline.assess import assess
 
 ROOT = Path(__file__).resolve().parents[2]
 SEED_DIR = ROOT.parent / "shared" / "seeds"
@@ -127,7 +128,7 @@ def test_failed_correctness_is_failed_even_when_fast():
 def test_bare_objects_and_wrapped_items_both_accepted(tmp_path, capsys):
     path = tmp_path / "mixed.json"
     path.write_text(json.dumps([base(), {"input": base(latency_us=5.0)}]))
-    assert cli([str(path), "--brief"]) == 0
+    assert cli.main(["assess", str(path), "--brief"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert [o["status"] for o in out] == ["NEUTRAL", "IMPROVED"]
 
@@ -136,10 +137,17 @@ def test_bare_objects_and_wrapped_items_both_accepted(tmp_path, capsys):
     ("[{\"input\": ", "malformed JSON"),
     ("{\"kernel_name\": \"k\"}", "expected a JSON array"),
     ("[1, 2]", "item 0 is int"),
+    ("", "empty file"),
+    ("[" * 3000 + "]" * 3000, "nested deeper"),
+    ("[" * 100_000, "nested deeper"),
+    ("[{\"a\": " * 3000 + "1" + "}" * 3000 + "]", "nested deeper"),
+    (b"\x1f\x8b\x08\x00garbage", "gzip-compressed"),
+    (bytes(range(256)) * 4, "not UTF-8"),
+    ("[{\"kernel_name\": \"caf\xe9\"}]".encode("latin-1"), "not UTF-8"),
 ])
 def test_bad_files_exit_nonzero_with_one_line(tmp_path, content, needle):
     path = tmp_path / "bad.json"
-    path.write_text(content)
+    path.write_bytes(content if isinstance(content, bytes) else content.encode())
     proc = subprocess.run([sys.executable, "-m", "kernaudit_pipeline.cli", "assess", str(path)],
                           capture_output=True, text=True)
     assert proc.returncode == 2
@@ -165,3 +173,78 @@ def test_diagnostics_appear_where_the_item_has_the_fields():
     bare = one()
     assert bare["diagnostics"].get("spill_causes_stalls") is False
     assert "occupancy_pct" not in bare["diagnostics"]  # no warps/threads/device: nothing invented
+
+
+@pytest.mark.parametrize("path", ["/dev/zero", "/dev/null", "."])
+def test_non_regular_files_are_refused_at_once(path):
+    proc = subprocess.run([sys.executable, "-m", "kernaudit_pipeline.cli", "assess", path],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and "not a regular file" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_a_fifo_is_refused_without_waiting_for_a_writer(tmp_path):
+    import os
+
+    fifo = tmp_path / "pipe.json"
+    os.mkfifo(fifo)
+    proc = subprocess.run([sys.executable, "-m", "kernaudit_pipeline.cli", "assess", str(fifo)],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and "not a regular file" in proc.stderr
+
+
+BIG = "9" * 400
+
+
+@pytest.mark.parametrize(("raw", "reason"), [
+    ('{"kernel_name": "k", "latency_us": %s, "baseline_us": 2}' % BIG, "too large"),
+    ('{"kernel_name": "k", "block_m": %s, "latency_us": 1, "baseline_us": 2}' % BIG, "too large"),
+    ('{"kernel_name": "k", "block_m": 7, "block_n": 3, "latency_us": 1, "baseline_us": 2}', "block_m=7"),
+    ('{"kernel_name": "k", "block_m": -128, "latency_us": 1, "baseline_us": 2}', "block_m=-128"),
+    ('{"kernel_name": "k", "block_n": 0, "latency_us": 1, "baseline_us": 2}', "block_n=0"),
+    ('{"kernel_name": "k", "block_m": 64.5, "latency_us": 1, "baseline_us": 2}', "block_m=64.5"),
+    ('{"kernel_name": "k", "num_warps": 3, "latency_us": 1, "baseline_us": 2}', "num_warps=3"),
+    ('{"kernel_name": ["a"], "latency_us": 1, "baseline_us": 2}', "kernel_name"),
+    ('{"kernel_name": null, "latency_us": 1, "baseline_us": 2}', "kernel_name"),
+    ('{"kernel_name": "a\\nb", "latency_us": 1, "baseline_us": 2}', "single-line"),
+    ('{"kernel_name": "%s", "latency_us": 1, "baseline_us": 2}' % ("k" * 100_000), "single-line"),
+    ('{"kernel_name": "k", "latency_us": {"a": [1]}, "baseline_us": 2}', "nested"),
+    ('{"kernel_name": "k", "latency_us": true, "baseline_us": 2}', "boolean"),
+    ('7', "item is int"),
+])
+def test_one_bad_item_is_rejected_on_its_own_and_the_batch_goes_on(tmp_path, raw, reason):
+    """Issue 13: one mistyped item must not crash the batch, and nothing is recommended from it."""
+    path = tmp_path / "items.json"
+    path.write_text("[" + raw + ", " + json.dumps(base(latency_us=5.0)) + "]")
+    proc = subprocess.run([sys.executable, "-m", "kernaudit_pipeline.cli", "assess", str(path)],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    bad, good = json.loads(proc.stdout)
+    assert bad["status"] == "INCONCLUSIVE" and bad["recommendation"] == "reject_invalid_input"
+    assert bad["new_config"] is None and reason in " ".join(bad["validation_errors"])
+    assert good["status"] == "IMPROVED"
+
+
+@pytest.mark.parametrize("latency", [1e-300, 1e-4, 4e9, 1e308])
+def test_latency_outside_physical_bounds_is_never_a_verdict(latency):
+    r = one(latency_us=latency)
+    assert r["status"] == "INCONCLUSIVE"
+    assert "physical bounds" in r["status_reason"] or "too large" in r["status_reason"]
+    assert r["recommendation"] != "adopt_configuration_for_production_profile"
+
+
+@pytest.mark.parametrize("literal", ["NaN", "Infinity", "1e400"])
+def test_non_finite_literals_are_invalid_measurements(tmp_path, literal):
+    path = tmp_path / "x.json"
+    path.write_text('[{"kernel_name": "k", "latency_us": %s, "baseline_us": 2}]' % literal)
+    proc = subprocess.run([sys.executable, "-m", "kernaudit_pipeline.cli", "assess", str(path), "--brief"],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0 and json.loads(proc.stdout)[0]["status"] == "INCONCLUSIVE"
+
+
+def test_byte_order_marks_are_read(tmp_path):
+    items = json.dumps([base(latency_us=5.0)])
+    for i, raw in enumerate((b"\xef\xbb\xbf" + items.encode(), items.encode("utf-16"))):
+        path = tmp_path / f"bom{i}.json"
+        path.write_bytes(raw)
+        assert [r["status"] for r in assess(__import__("kernaudit_pipeline.assess").assess.read_file(path), "t")] \
+            == ["IMPROVED"]
