@@ -15,7 +15,11 @@ Demand is ``REG_BASE + REG_PER_ACC * acc``. Fitted on the H200 matmul table
 (acc 32 -> 64 regs, acc 128 -> 220/244 regs) this gives REG_BASE = 8 and
 REG_PER_ACC = 1.75. Past 255 registers the excess spills, 4 bytes each:
 the fit predicts 804 B for 128x256/4 warps (measured 808 B) and 776 B for
-256x256/8 warps (measured 776 B).
+256x256/8 warps (measured 776 B). Those measured figures are local memory per
+thread (the stack frame, Triton's ``n_spills * 4``), so the modelled figure is
+written to ``stack_frame_bytes``; the model does not tell ptxas spill stores
+and loads apart from the frame, so ``spill_stores_bytes`` and
+``spill_loads_bytes`` carry the same modelled figure.
 
 Shared memory. The Q tile stays resident, K and V tiles are pipelined:
 ``BLOCK_M*D*2 + num_stages * 2*BLOCK_N*D*2`` bytes (bf16), the same

@@ -60,3 +60,17 @@ def test_spills_slow_down_and_oversized_smem_does_not_launch():
 def test_ci_brackets_median():
     df = clean().dropna(subset=["latency_us"])
     assert (df["latency_ci_low_us"] <= df["latency_us"]).all() and (df["latency_us"] <= df["latency_ci_high_us"]).all()
+
+
+def test_rows_say_they_are_modelled_on_no_real_card():
+    from kernaudit_pipeline.comparisons import build_comparisons, data_kind_of
+    from kernaudit_pipeline.core.hardware import lookup
+
+    df = clean()
+    assert set(df["data_kind"]) == {"modelled"} and set(df["source_format"]) == {"synthetic"}
+    assert set(df["device_name"]) == {synthetic.DEVICE_LABEL} and lookup(synthetic.DEVICE_LABEL) is None
+    assert all(data_kind_of(r) == "modelled" for _, r in df.head(5).iterrows())
+    messages = " ".join(df["run_message"].dropna().astype(str))
+    assert "measured" not in messages.replace("not measured", "")  # a model never claims a measurement
+    verdicts = build_comparisons(df)
+    assert "measured" not in " ".join(verdicts["status_reason"].astype(str))
