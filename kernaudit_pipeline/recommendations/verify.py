@@ -342,7 +342,7 @@ class Verifier:
             plan = [sr.PlanItem(r.kernel, [dict(r.config)], [r.shape]) for r in reqs]
             report = sr.sweep_report(plan, arch=arch, timeout_s=self.settings.timeout_s,
                                      max_workers=self.settings.max_workers, cache_dir=self.settings.cache_dir,
-                                     progress=False)
+                                     progress=True)  # a bar with an ETA (core.progress)
             if report.failures:  # one kernel per batch: its results cannot be told apart, keep none
                 reason = "; ".join(f"{f.module}: {f.reason}" for f in report.failures)
                 self.failed.update({r.key: reason for r in reqs})

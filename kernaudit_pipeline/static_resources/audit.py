@@ -9,7 +9,6 @@ worker's start-up, so neither a module that hangs at import nor one that hangs i
 from __future__ import annotations
 
 import os
-import sys
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
@@ -17,6 +16,7 @@ from types import ModuleType
 from typing import Any, Iterable
 
 from kernaudit_pipeline.core.configs import config_id
+from kernaudit_pipeline.core.progress import Progress
 from kernaudit_pipeline.kernel_spec import Shape, kernel_files
 from kernaudit_pipeline.settings import data_paths
 from kernaudit_pipeline.static_resources.tasks import HANDLER
@@ -92,34 +92,22 @@ def module_path(ref: ModuleRef) -> Path | None:
 
 
 class _Progress:
-    """A rich bar on a terminal, one plain line per compile otherwise (logs, CI)."""
+    """core.progress's bar: rich on a terminal, plain lines with done/total and an ETA otherwise."""
 
     def __init__(self, total: int, label: str, enabled: bool) -> None:
-        self.total, self.done, self.enabled = total, 0, enabled and total > 0
-        self._bar = None
-        if self.enabled and sys.stderr.isatty():
-            from rich.console import Console  # noqa: PLC0415
-            from rich.progress import (  # noqa: PLC0415
-                BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn,
-            )
-
-            self._bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                                 TimeElapsedColumn(), console=Console(stderr=True), transient=True)
-            self._bar.start()
-            self._task = self._bar.add_task(label, total=total)
+        self.total, self.done = total, 0
+        self._bar = Progress(label, total) if enabled and total > 0 else None
+        if self._bar is not None:
+            self._bar.__enter__()
 
     def advance(self, text: str) -> None:
         self.done += 1
-        if not self.enabled:
-            return
         if self._bar is not None:
-            self._bar.update(self._task, advance=1, description=text)
-        else:
-            print(f"static [{self.done}/{self.total}] {text}", file=sys.stderr, flush=True)
+            self._bar.advance(note=text)
 
     def close(self) -> None:
         if self._bar is not None:
-            self._bar.stop()
+            self._bar.__exit__(None, None, None)
 
 
 class _LazyPool:
