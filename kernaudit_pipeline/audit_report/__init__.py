@@ -8,9 +8,12 @@ tables. The modules, in dependency order:
   :func:`md_escape`);
 - :mod:`.model`: the inputs and outputs (``ReportInputs``, ``ReportFiles``);
 - :mod:`.frames`: best config per group, memory footprint, roofline points;
+- :mod:`.evidence`: the spill → stall chain against the same tile without spills;
+- :mod:`.decisions`: how a decision reads (baseline by what ran, speedup with CI, evidence);
 - :mod:`.charts`: the plotly figures;
 - :mod:`.context`: everything the templates show, computed once;
-- :mod:`.render`: the report folder (templates in ``kernaudit_pipeline/templates/report.*``).
+- :mod:`.render`: the report folder (templates in ``kernaudit_pipeline/templates/report.*``);
+- :mod:`.terminal`: the decisions as ``kernaudit audit`` prints them.
 
 Names are re-exported lazily, so ``from kernaudit_pipeline.audit_report import md_escape``
 does not import plotly.
@@ -24,9 +27,10 @@ _EXPORTS = {
     "md_escape": "formatting", "esc": "formatting", "fmt_num": "formatting",
     "ReportInputs": "model", "ReportFiles": "model", "ChartSection": "model",
     "best_per_group": "frames", "footprint_frame": "frames", "roofline_frame": "frames",
-    "chart_candidate_vs_baseline": "charts", "chart_speedups": "charts", "chart_status_counts": "charts",
-    "chart_memory_footprint": "charts", "chart_latency_heatmaps": "charts", "heatmap_figure": "charts",
-    "chart_roofline": "charts", "build_charts": "charts",
+    "decided_speedups_figure": "charts", "candidate_vs_baseline_figure": "charts", "speedups_figure": "charts",
+    "status_counts_figure": "charts", "memory_footprint_figure": "charts", "heatmap_figure": "charts",
+    "roofline_figure": "charts", "figure_spec": "charts", "build_charts": "charts",
+    "spill_rows": "evidence", "clean_twins": "evidence",
     "build_context": "context",
     "write_report": "render",
 }

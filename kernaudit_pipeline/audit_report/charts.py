@@ -1,84 +1,136 @@
-"""The dashboard's plotly charts: candidate vs baseline, memory footprint, latency heatmaps, roofline.
+"""The dashboard's plotly charts: decided speedups, candidate vs baseline, memory footprint, latency
+heatmaps, roofline.
 
-Every trace-provided string passes through :func:`esc` before it reaches a plotly
-text field; plotly's JSON is emitted with ``<`` as ``\\u003c``, so nothing closes
-the script element.
+Each chart is a figure spec (``data`` + ``layout`` JSON) that the page draws with the one inlined
+plotly.js. Every trace-provided string passes through :func:`esc` before it reaches a plotly text
+field, and the spec's JSON is written with ``<`` as ``\\u003c``, so nothing in it can close the
+script element. Traces carry ``meta`` (``{"kernel": ...}``, ``{"status": ...}``) so the page's
+filters can show and hide them.
 """
 
 from __future__ import annotations
 
+import json
+
 import plotly.graph_objects as go
 import pandas as pd
 from plotly.subplots import make_subplots
+from plotly.utils import PlotlyJSONEncoder
 
 from kernaudit_pipeline.audit_report.formatting import col, esc, fmt_num, slug
 from kernaudit_pipeline.audit_report.frames import footprint_frame, roofline_frame
 from kernaudit_pipeline.audit_report.model import ChartSection, ReportInputs
 from kernaudit_pipeline.core.hardware import sm_resources
 
-STATUS_COLORS = {"IMPROVED": "#1a7f37", "REGRESSION": "#cf222e", "NEUTRAL": "#6e7781",
-                 "FAILED": "#8250df", "INCONCLUSIVE": "#bf8700"}
-PLOTLY_CONFIG = {"displaylogo": False, "responsive": True}
+STATUS_COLORS = {"IMPROVED": "#1a7f37", "REGRESSION": "#cf222e", "NEUTRAL": "#6e7781", "NOISY": "#9a6700",
+                 "FAILED": "#8250df", "INCONCLUSIVE": "#bf8700", "PRUNED_SPILL": "#fb8f44",
+                 "OUT_OF_RESOURCES": "#d1242f", "NOT_RUN": "#8c959f"}
+DECISION_COLORS = {"SHIP_CONFIG": "#1a7f37", "KEEP_BASELINE": "#cf222e", "NO_DECISION": "#bf8700"}
 DEFAULT_SM = sm_resources("9.0")  # the limit lines when a config names no compute capability
 
 
-def _figure_html(fig: go.Figure, div_id: str, height: int = 420) -> str:
+def figure_spec(fig: go.Figure, height: int = 420) -> str:
+    """The figure as JSON for the page (``<`` escaped, so it is inert inside a script element)."""
     fig.update_layout(template="plotly_white", margin=dict(l=70, r=30, t=60, b=70), height=height)
-    return fig.to_html(full_html=False, include_plotlyjs=False, div_id=div_id, config=PLOTLY_CONFIG)
+    spec = fig.to_plotly_json()
+    text = json.dumps({"data": spec["data"], "layout": spec["layout"]}, cls=PlotlyJSONEncoder, separators=(",", ":"))
+    return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
 
 
-
-# --- candidate vs baseline -------------------------------------------------------------------
-
-def chart_candidate_vs_baseline(best: pd.DataFrame) -> str:
-    labels = [f"{esc(k)}<br>{esc(s)}" for k, s in zip(best["kernel_name"], best["shape_name"])]
-    lat = col(best, "latency_us")
-    fig = go.Figure([
-        go.Bar(name="best candidate (µs)", x=labels, y=lat,
-               error_y=dict(type="data", symmetric=False,
-                            array=(col(best, "latency_ci_high_us") - lat).fillna(0).clip(lower=0),
-                            arrayminus=(lat - col(best, "latency_ci_low_us")).fillna(0).clip(lower=0)),
-               text=[esc(c) for c in best["config_id"]], textposition="none",
-               hovertemplate="%{x}<br>%{text}<br>%{y:.2f} µs<extra></extra>"),
-        go.Bar(name="baseline (µs)", x=labels, y=col(best, "baseline_us"),
-               text=[esc(b) for b in best.get("baseline_name", pd.Series("", index=best.index))],
-               textposition="none", hovertemplate="%{x}<br>%{text}<br>%{y:.2f} µs<extra></extra>"),
-    ])
-    fig.update_layout(title="Best candidate vs baseline per kernel and shape (95 % CI)", barmode="group",
-                      yaxis_title="latency (µs, log)", yaxis_type="log")
-    return _figure_html(fig, "chart-candidate-vs-baseline", 460)
+def _group_label(kernel: object, shape: object) -> str:
+    return f"{esc(kernel)}<br>{esc(shape)}"
 
 
-def chart_speedups(diag: pd.DataFrame) -> str:
+# --- decisions: the decided config's speedup, and candidate vs baseline latency ----------------
+
+def decided_speedups_figure(best: pd.DataFrame) -> go.Figure:
+    """The decided (or fastest correct) config's paired speedup per kernel and shape, with its CI."""
+    fig = go.Figure()
+    colour_by = "decision" if "decision" in best else "status"
+    palette = DECISION_COLORS if colour_by == "decision" else STATUS_COLORS
+    shown: set[str] = set()
+    for (kernel, verdict), group in best.groupby(["kernel_name", colour_by], sort=True, dropna=False):
+        sp = col(group, "speedup")
+        has_ci = col(group, "speedup_ci_low").notna()
+        fig.add_trace(go.Bar(
+            name=esc(verdict), legendgroup=esc(verdict), showlegend=str(verdict) not in shown,
+            x=[_group_label(k, s) for k, s in zip(group["kernel_name"], group["shape_name"])], y=sp,
+            marker_color=palette.get(str(verdict), "#57606a"), meta={"kernel": str(kernel)},
+            error_y=dict(type="data", symmetric=False, array=(col(group, "speedup_ci_high") - sp).fillna(0).clip(lower=0),
+                         arrayminus=(sp - col(group, "speedup_ci_low")).fillna(0).clip(lower=0)),
+            text=[f"{esc(c)}<br>{'95 % CI' if ci else 'no CI recorded'}" for c, ci in zip(group["config_id"], has_ci)],
+            textposition="none", hovertemplate="%{x}<br>%{text}<br>speedup %{y:.3f}×<extra>%{fullData.name}</extra>"))
+        shown.add(str(verdict))
+    fig.add_hline(y=1.0, line=dict(dash="dash", color="#57606a"), annotation_text="baseline = 1")
+    fig.update_layout(title="Speedup of the decided config per kernel and shape (whiskers: paired 95 % CI, "
+                            "where recorded)", yaxis_title="speedup (baseline µs / candidate µs)",
+                      barmode="relative", xaxis=dict(type="category"))
+    return fig
+
+
+def candidate_vs_baseline_figure(best: pd.DataFrame) -> go.Figure:
+    """Latency of the decided config and of its baseline, per kernel and shape (whiskers: latency CI)."""
+    fig = go.Figure()
+    for i, (kernel, group) in enumerate(best.groupby("kernel_name", sort=True)):
+        labels = [_group_label(k, s) for k, s in zip(group["kernel_name"], group["shape_name"])]
+        lat = col(group, "latency_us")
+        base = col(group, "baseline_us")
+        fig.add_trace(go.Bar(
+            name="decided config (µs)", legendgroup="candidate", showlegend=i == 0, offsetgroup="candidate",
+            x=labels, y=lat, marker_color="#0969da", meta={"kernel": str(kernel)},
+            error_y=dict(type="data", symmetric=False, array=(col(group, "latency_ci_high_us") - lat).fillna(0).clip(lower=0),
+                         arrayminus=(lat - col(group, "latency_ci_low_us")).fillna(0).clip(lower=0)),
+            text=[esc(c) for c in group["config_id"]], textposition="none",
+            hovertemplate="%{x}<br>%{text}<br>%{y:.2f} µs<extra></extra>"))
+        fig.add_trace(go.Bar(
+            name="baseline (µs)", legendgroup="baseline", showlegend=i == 0, offsetgroup="baseline",
+            x=labels, y=base, marker_color="#8c959f", meta={"kernel": str(kernel)},
+            error_y=dict(type="data", symmetric=False, array=(col(group, "baseline_ci_high_us") - base).fillna(0).clip(lower=0),
+                         arrayminus=(base - col(group, "baseline_ci_low_us")).fillna(0).clip(lower=0)),
+            text=[esc(b) for b in group.get("baseline_name", pd.Series("", index=group.index))],
+            textposition="none", hovertemplate="%{x}<br>%{text}<br>%{y:.2f} µs<extra></extra>"))
+    fig.update_layout(title="Latency: decided config vs baseline per kernel and shape (whiskers: 95 % CI where "
+                            "recorded)", barmode="group", yaxis_title="latency (µs, log)", yaxis_type="log",
+                      xaxis=dict(type="category"))
+    return fig
+
+
+def speedups_figure(diag: pd.DataFrame) -> go.Figure:
     """Every timed config's speedup per kernel and shape, coloured by verdict."""
     timed = diag[col(diag, "speedup").notna()]
     fig = go.Figure()
-    for status, group in timed.groupby("status"):
+    shown: set[str] = set()
+    for (status, kernel), group in timed.groupby(["status", "kernel_name"], sort=True):
         sp = col(group, "speedup")
         fig.add_trace(go.Scatter(
-            name=esc(status), mode="markers", marker=dict(color=STATUS_COLORS.get(str(status)), size=7, opacity=0.75),
-            x=[f"{esc(k)}<br>{esc(s)}" for k, s in zip(group["kernel_name"], group["shape_name"])], y=sp,
+            name=esc(status), legendgroup=esc(status), showlegend=str(status) not in shown, mode="markers",
+            marker=dict(color=STATUS_COLORS.get(str(status)), size=7, opacity=0.75),
+            meta={"kernel": str(kernel), "status": str(status)},
+            x=[_group_label(k, s) for k, s in zip(group["kernel_name"], group["shape_name"])], y=sp,
             error_y=dict(type="data", symmetric=False, thickness=1,
                          array=(col(group, "speedup_ci_high") - sp).fillna(0).clip(lower=0),
                          arrayminus=(sp - col(group, "speedup_ci_low")).fillna(0).clip(lower=0)),
             text=[esc(c) for c in group["config_id"]],
             hovertemplate="%{x}<br>%{text}<br>speedup %{y:.3f}<extra></extra>"))
+        shown.add(str(status))
     fig.add_hline(y=1.0, line=dict(dash="dash", color="#57606a"), annotation_text="baseline")
-    fig.update_layout(title="Speedup of every config vs its baseline (baseline_us / latency_us, 95 % CI)",
-                      yaxis_title="speedup (log)", yaxis_type="log")
-    return _figure_html(fig, "chart-speedups", 460)
+    fig.update_layout(title="Speedup of every timed config vs its baseline (whiskers: 95 % CI where recorded)",
+                      yaxis_title="speedup (log)", yaxis_type="log", xaxis=dict(type="category"))
+    return fig
 
 
-def chart_status_counts(diag: pd.DataFrame) -> str:
+def status_counts_figure(diag: pd.DataFrame) -> go.Figure:
     counts = diag.groupby(["kernel_name", "status"]).size().reset_index(name="runs")
-    fig = go.Figure([go.Bar(name=esc(s), x=[esc(k) for k in g["kernel_name"]], y=g["runs"],
+    fig = go.Figure([go.Bar(name=esc(s), x=[esc(k) for k in g["kernel_name"]], y=g["runs"], meta={"status": str(s)},
                             marker_color=STATUS_COLORS.get(str(s)))
                      for s, g in counts.groupby("status")])
-    fig.update_layout(title="Verdicts per kernel", barmode="stack", yaxis_title="runs")
-    return _figure_html(fig, "chart-status", 380)
+    fig.update_layout(title="Verdicts per kernel (every candidate run)", barmode="stack", yaxis_title="runs")
+    return fig
 
 
-def chart_memory_footprint(kernel: str, cfg: pd.DataFrame) -> str:
+# --- memory footprint ------------------------------------------------------------------------
+
+def memory_footprint_figure(kernel: str, cfg: pd.DataFrame) -> go.Figure:
     """Registers, spill bytes, shared memory per block (vs the opt-in limit), occupancy per config."""
     x = [esc(c) for c in cfg["config_id"]]
     limit = col(cfg, "shared_mem_limit_bytes").dropna()
@@ -105,17 +157,10 @@ def chart_memory_footprint(kernel: str, cfg: pd.DataFrame) -> str:
     fig.update_yaxes(range=[0, 100], row=4, col=1)
     fig.update_xaxes(tickangle=-60, tickfont=dict(size=9), type="category", row=4, col=1)
     fig.update_layout(title=f"Memory footprint per config: {esc(kernel)}", barmode="group", showlegend=False)
-    return _figure_html(fig, f"chart-footprint-{slug(kernel)}", 820)
+    return fig
 
 
 # --- latency heatmaps ------------------------------------------------------------------------
-
-def chart_latency_heatmaps(kernel: str, shape: str, frame: pd.DataFrame) -> str | None:
-    fig = heatmap_figure(kernel, shape, frame)
-    if fig is None:
-        return None
-    return _figure_html(fig, f"chart-heatmap-{slug(kernel, shape)}", 190 + 230 * fig.layout.meta["grid_rows"])
-
 
 def heatmap_figure(kernel: str, shape: str, frame: pd.DataFrame) -> go.Figure | None:
     """Latency over BLOCK_M x BLOCK_N, one panel per (num_warps, num_stages); None if nothing to grid."""
@@ -136,26 +181,29 @@ def heatmap_figure(kernel: str, shape: str, frame: pd.DataFrame) -> go.Figure | 
     fig = make_subplots(rows=len(warps), cols=len(stages), subplot_titles=titles, shared_xaxes=True,
                         shared_yaxes=True, horizontal_spacing=0.04, vertical_spacing=0.12 / max(len(warps), 1))
     lat = frame["latency_us"].dropna()
+    narrow = frame[["block_m", "block_n", "num_warps", "num_stages", "latency_us", "config_id"]].assign(
+        status=frame["status"] if "status" in frame else "")
+    cells: dict[tuple, tuple] = {}  # (w, s, bm, bn) -> (fastest timed row, or the first row)
+    for key, hits in narrow.groupby(["num_warps", "num_stages", "block_m", "block_n"], sort=False):
+        timed = hits[hits["latency_us"].notna()]
+        cells[key] = (timed.loc[timed["latency_us"].idxmin()] if len(timed) else None, hits.iloc[0])
     for i, w in enumerate(warps, start=1):
         for j, s in enumerate(stages, start=1):
-            cell = frame[(frame["num_warps"] == w) & (frame["num_stages"] == s)]
             z, text, hover = [], [], []
             for bm in bms:
                 zr, tr, hr = [], [], []
                 for bn in bns:
-                    hits = cell[(cell["block_m"] == bm) & (cell["block_n"] == bn)]
-                    timed = hits.dropna(subset=["latency_us"])
-                    if len(timed):
-                        best = timed.loc[timed["latency_us"].idxmin()]
+                    best, first = cells.get((w, s, bm, bn), (None, None))
+                    if best is not None:
                         zr.append(float(best["latency_us"]))
                         tr.append(fmt_num(float(best["latency_us"]), 1))
                         hr.append(f"{esc(best['config_id'])}<br>{float(best['latency_us']):,.2f} µs"
-                                  f"<br>{esc(best.get('status'))}")
+                                  f"<br>{esc(best['status'])}")
                     else:
                         zr.append(None)
-                        status = esc(hits["status"].iloc[0]) if len(hits) and "status" in hits else ""
+                        status = esc(first["status"]) if first is not None else ""
                         tr.append(status)
-                        hr.append(f"{esc(hits['config_id'].iloc[0])}<br>{status}" if len(hits) else "not in the sweep")
+                        hr.append(f"{esc(first['config_id'])}<br>{status}" if first is not None else "not in the sweep")
                 z.append(zr)
                 text.append(tr)
                 hover.append(hr)
@@ -173,7 +221,7 @@ def heatmap_figure(kernel: str, shape: str, frame: pd.DataFrame) -> go.Figure | 
     return fig
 
 
-def chart_roofline(points: pd.DataFrame) -> str:
+def roofline_figure(points: pd.DataFrame) -> go.Figure:
     fig = go.Figure()
     ai = points["arithmetic_intensity"]
     x_lo, x_hi = float(ai.min()) / 4, float(ai.max()) * 4
@@ -192,43 +240,54 @@ def chart_roofline(points: pd.DataFrame) -> str:
     for kernel, group in points.groupby("kernel_name"):
         fig.add_trace(go.Scatter(
             name=esc(kernel), mode="markers", x=group["arithmetic_intensity"], y=group["achieved_tflops"],
-            marker=dict(size=7, opacity=0.7),
+            marker=dict(size=7, opacity=0.7), meta={"kernel": str(kernel)},
             text=[f"{esc(s)}<br>{esc(c)}" for s, c in zip(group["shape_name"], group["config_id"])],
             hovertemplate="%{text}<br>%{x:.1f} FLOP/B, %{y:.1f} TFLOP/s<extra>%{fullData.name}</extra>"))
     fig.update_layout(title="Roofline: achieved TFLOP/s vs arithmetic intensity (dashed: compute and bandwidth "
                       "ceilings)", xaxis=dict(type="log", title="arithmetic intensity (FLOP/byte)"),
                       yaxis=dict(type="log", title="achieved TFLOP/s"))
-    return _figure_html(fig, "chart-roofline", 520)
+    return fig
 
 
 # --- assembling ------------------------------------------------------------------------------
 
+def heatmap_height(fig: go.Figure) -> int:
+    return 190 + 230 * fig.layout.meta["grid_rows"]
+
+
 def build_charts(inputs: ReportInputs, best: pd.DataFrame) -> list[ChartSection]:
+    """Every chart of the dashboard, in page order; ``best`` holds the decided config of each group."""
     diag = inputs.diagnostics
     charts: list[ChartSection] = []
+    if len(best) and col(best, "speedup").notna().any():
+        charts.append(ChartSection("chart-decided-speedups", "Decided speedups", "compare",
+                                   figure_spec(decided_speedups_figure(best), 440), filters=("kernel",)))
     if len(best):
         charts.append(ChartSection("chart-candidate-vs-baseline", "Candidate vs baseline", "compare",
-                                   chart_candidate_vs_baseline(best)))
+                                   figure_spec(candidate_vs_baseline_figure(best), 440), filters=("kernel",)))
     if len(diag) and col(diag, "speedup").notna().any():
-        charts.append(ChartSection("chart-speedups", "Speedup of every config", "compare", chart_speedups(diag)))
+        charts.append(ChartSection("chart-speedups", "Speedup of every config", "compare",
+                                   figure_spec(speedups_figure(diag), 460), filters=("kernel", "status")))
     if len(diag):
-        charts.append(ChartSection("chart-status", "Verdicts", "compare", chart_status_counts(diag)))
+        charts.append(ChartSection("chart-status", "Verdicts", "compare", figure_spec(status_counts_figure(diag), 380),
+                                   filters=("status",)))
     footprint = footprint_frame(inputs.static, diag)
     for kernel, cfg in footprint.groupby("kernel_name", sort=True) if len(footprint) else []:
         sources = ", ".join(sorted(cfg["footprint_source"].unique()))
         charts.append(ChartSection(f"chart-footprint-{slug(kernel)}", f"Memory footprint: {kernel}", "memory",
-                                   chart_memory_footprint(str(kernel), cfg), kernel=str(kernel),
-                                   note=f"{len(cfg)} configs, from: {sources}"))
+                                   figure_spec(memory_footprint_figure(str(kernel), cfg), 820), kernel=str(kernel),
+                                   note=f"{len(cfg)} configs, from: {sources}", filters=("kernel",)))
     if len(diag) and {"block_m", "block_n"} <= set(diag.columns):
         keyed = diag.fillna({"shape_name": ""})
         for (kernel, shape), group in keyed.groupby(["kernel_name", "shape_name"], sort=True):
-            chart = chart_latency_heatmaps(str(kernel), str(shape), group)
-            if chart is not None:
-                charts.append(ChartSection(f"chart-heatmap-{slug(kernel, shape)}", f"Latency heatmap: {kernel} · {shape}",
-                                           "heatmap", chart, kernel=str(kernel)))
+            fig = heatmap_figure(str(kernel), str(shape), group)
+            if fig is not None:
+                charts.append(ChartSection(f"chart-heatmap-{slug(kernel, shape)}",
+                                           f"Latency heatmap: {kernel} · {shape}", "heatmap",
+                                           figure_spec(fig, heatmap_height(fig)), kernel=str(kernel),
+                                           filters=("kernel",)))
     points = roofline_frame(diag) if len(diag) else diag
     if len(points):
-        charts.append(ChartSection("chart-roofline", "Roofline", "roofline", chart_roofline(points)))
+        charts.append(ChartSection("chart-roofline", "Roofline", "roofline", figure_spec(roofline_figure(points), 520),
+                                   filters=("kernel",)))
     return charts
-
-

@@ -1,4 +1,8 @@
-"""Everything the templates show, computed once: counts, best configs, spills, recommendations, charts."""
+"""Everything the templates show, computed once: decisions, counts that add up, evidence, tables, charts.
+
+``build_context`` is the single place where the report decides what it says; the HTML,
+the Markdown, the JSON and the terminal summary all render this one dictionary.
+"""
 
 from __future__ import annotations
 
@@ -7,17 +11,18 @@ from datetime import datetime, timezone
 import pandas as pd
 
 from kernaudit_pipeline import __version__
+from kernaudit_pipeline.audit_report import decisions as decision_text
 from kernaudit_pipeline.audit_report.charts import build_charts
-from kernaudit_pipeline.audit_report.formatting import jsonable, records
+from kernaudit_pipeline.audit_report.evidence import spill_rows
+from kernaudit_pipeline.audit_report.formatting import is_blank, jsonable, records
 from kernaudit_pipeline.audit_report.frames import best_per_group
 from kernaudit_pipeline.audit_report.model import ReportInputs
+from kernaudit_pipeline.core.verdicts import Status
 
-MAX_TABLE_ROWS = 1000
 CHART_GROUPS = {"compare": "candidate-vs-baseline", "memory": "memory-footprint", "heatmap": "latency-heatmap",
                 "roofline": "roofline"}
-
-
 GROUP_KEYS = ["kernel_name", "shape_name", "device_name"]
+STATUS_ORDER = [str(s) for s in Status]
 
 
 def row_counts(kernel_runs: pd.DataFrame, candidates: int, quarantined: int) -> dict[str, int]:
@@ -30,24 +35,90 @@ def row_counts(kernel_runs: pd.DataFrame, candidates: int, quarantined: int) -> 
             "quarantined": quarantined}
 
 
-def groups(diag: pd.DataFrame) -> list[list[str | None]]:
+def groups(diag: pd.DataFrame) -> list[tuple]:
     """Every (kernel, shape, device) that has candidate rows: each needs one decision."""
     if diag.empty:
         return []
-    keys = diag.reindex(columns=GROUP_KEYS).astype(object).where(diag.reindex(columns=GROUP_KEYS).notna(), None)
+    keys = diag.reindex(columns=GROUP_KEYS)
+    keys = keys.astype(object).where(keys.notna(), None)
     return sorted({tuple(r) for r in keys.itertuples(index=False, name=None)}, key=lambda k: tuple(map(str, k)))
+
+
+def status_counts(diag: pd.DataFrame) -> dict[str, int]:
+    """Verdict -> rows, in the vocabulary's order (unknown spellings last); they sum to the candidates."""
+    if diag.empty:
+        return {}
+    counts = diag["status"].astype(str).value_counts().to_dict()
+    order = STATUS_ORDER + sorted(set(counts) - set(STATUS_ORDER))
+    return {s: int(counts[s]) for s in order if s in counts}
+
+
+def _match(frame: pd.DataFrame, key: dict) -> pd.DataFrame:
+    for column in GROUP_KEYS + ["config_id"]:
+        value = key.get(column)
+        if column not in frame:
+            continue
+        frame = frame[frame[column].isna()] if is_blank(value) else frame[frame[column].astype(str) == str(value)]
+    return frame
+
+
+def decided_rows(diag: pd.DataFrame, decisions: list[dict]) -> pd.DataFrame:
+    """The run row of each decision's config (the table and the chart follow the decisions)."""
+    rows = []
+    for d in decisions:
+        if not d.get("config_id"):
+            continue
+        hit = _match(diag, d)
+        if len(hit):
+            rows.append(hit.iloc[[0]].assign(decision=str(d.get("decision")), data_kind=d.get("data_kind")))
+    return pd.concat(rows, ignore_index=True) if rows else diag.iloc[0:0]
+
+
+def decision_views(diag: pd.DataFrame, decisions: list[dict]) -> list[dict]:
+    views = []
+    for d in sorted(decisions, key=decision_text.sort_key):
+        hit = _match(diag, d) if d.get("config_id") else diag.iloc[0:0]
+        row = records(hit.iloc[[0]])[0] if len(hit) else None
+        views.append(decision_text.view(d, row))
+    return views
+
+
+def advisor_view(advisor: object, fallback_note: str) -> dict:
+    """What the advisor (Claude, or the rules alone) said: summary, kept and rejected suggestions, heuristics."""
+    if advisor is None:
+        return {"note": fallback_note, "used": "rules", "summary": "", "accepted": [], "rejected": [],
+                "heuristics": [], "rejected_heuristics": []}
+    note = advisor.note() if callable(getattr(advisor, "note", None)) else fallback_note
+
+    def heuristic(h: object) -> dict:
+        return {"hint": jsonable(getattr(h, "hint", {})), "state": str(getattr(h, "verification_state", "")),
+                "note": str(getattr(h, "verification_note", ""))}
+
+    return {
+        "note": note,
+        "used": str(getattr(advisor, "advisor_used", "rules")),
+        "model": getattr(advisor, "model", None),
+        "summary": str(getattr(advisor, "summary", "") or ""),
+        "accepted": [jsonable(r) for r in getattr(advisor, "claude_accepted", ())],
+        "rejected": [{"recommendation": jsonable(x.recommendation), "reason": str(x.reason)}
+                     for x in getattr(advisor, "claude_rejected", ())],
+        "heuristics": [heuristic(h) for h in getattr(advisor, "heuristics", ())],
+        "rejected_heuristics": [heuristic(h) for h in getattr(advisor, "rejected_heuristics", ())],
+    }
 
 
 def build_context(inputs: ReportInputs) -> dict:
     diag = inputs.diagnostics
-    best = best_per_group(diag) if len(diag) else diag
+    decisions = [jsonable(d) for d in inputs.decisions]
+    decided = decided_rows(diag, decisions) if decisions and len(diag) else diag.iloc[0:0]
+    best = decided if len(decided) else (best_per_group(diag) if len(diag) else diag)
     charts = build_charts(inputs, best)
     recs = [jsonable(r) for r in inputs.recommendations]
-    status_counts = diag["status"].value_counts().to_dict() if len(diag) else {}
-    spills = diag[diag["spill_detected"].astype(bool)] if len(diag) and "spill_detected" in diag else diag.iloc[0:0]
+    spills = spill_rows(diag)
     kernels = sorted({str(k) for k in diag.get("kernel_name", pd.Series(dtype=str)).dropna()}
                      | {str(r.get("kernel_name")) for r in recs if r.get("kernel_name")})
-    history = inputs.history if inputs.history is not None else None
+    history = inputs.history
+    views = decision_views(diag, decisions)
     return {
         "title": "kernaudit report",
         "version": __version__,
@@ -58,22 +129,31 @@ def build_context(inputs: ReportInputs) -> dict:
         "mlflow_run_url": inputs.mlflow_run_url,
         "files": [jsonable(f) for f in inputs.files],
         "counts": {**row_counts(inputs.kernel_runs, len(diag), len(inputs.quarantine)),
-                   "spilling": len(spills), "recommendations": len(recs)},
+                   "spilling": len(spills), "spilling_profiled": int(spills["profiled"].sum()) if len(spills) else 0,
+                   "recommendations": len(recs), "decisions": len(decisions)},
+        "status_counts": status_counts(diag),
         "groups": [list(g) for g in groups(diag)],
-        "decisions": [jsonable(d) for d in inputs.decisions],
-        "status_counts": status_counts,
+        "decisions": decisions,
+        "decision_views": views,
+        "decision_counts": {k: sum(1 for d in decisions if str(d.get("decision")) == k)
+                            for k in decision_text.ORDER if any(str(d.get("decision")) == k for d in decisions)},
+        "best_follows_decisions": bool(len(decided)),
         "kernels": kernels,
         "review_states": sorted({str(r.get("review_state")) for r in recs}),
         "best": records(best),
-        "spills": records(spills.sort_values("spill_stores_bytes", ascending=False).head(50)) if len(spills) else [],
+        "spills": records(spills),
+        "spill_chain": [r for r in records(spills) if r.get("profiled")],
         "recommendations": recs,
-        "max_table_rows": MAX_TABLE_ROWS,
         "quarantine": records(inputs.quarantine),
         "rules": [jsonable(r) for r in inputs.rules],
         "regressions": records(history) if history is not None else None,
         "history_reference": inputs.history_reference,
+        "advisor": advisor_view(inputs.advisor, inputs.advisor_note),
         "charts": charts,
         "chart_groups": {label: sum(c.group == group for c in charts) for group, label in CHART_GROUPS.items()
                          if any(c.group == group for c in charts)},
     }
 
+
+# what report.json leaves out: the rendered charts (kept as a list of ids) and the display-only views
+JSON_EXCLUDED = ("charts", "decision_views")

@@ -24,6 +24,7 @@ class ReportInputs:
     history_reference: str | None = None  # the accepted audit compared with; None: this is the first audit
     mlflow_run_url: str | None = None
     decisions: tuple = ()  # core.verdicts.Decision, one per (kernel, shape, device), from the recommendations stage
+    advisor: object | None = None  # advisor.AdvisorResult: Claude's summary, kept/rejected suggestions, heuristics
 
 
 @dataclass(frozen=True)
@@ -37,12 +38,17 @@ class ReportFiles:
 
 @dataclass(frozen=True)
 class ChartSection:
-    """One chart of the dashboard; ``kernel`` lets the kernel filter hide it."""
+    """One chart of the dashboard: its plotly spec (JSON text, inert in a script element).
+
+    ``kernel`` lets the kernel filter hide the whole chart; ``filters`` names the page
+    filters that act on it (on its traces' ``meta``, or on the whole chart).
+    """
 
     chart_id: str
     title: str
     group: str
-    html: str
+    spec: str
     kernel: str | None = None
     note: str = ""
+    filters: tuple[str, ...] = ()
 

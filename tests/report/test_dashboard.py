@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 
 from kernaudit_pipeline import audit_report
-from kernaudit_pipeline.audit_report import (build_context, chart_latency_heatmaps, footprint_frame, heatmap_figure,
+from kernaudit_pipeline.audit_report import (build_context, figure_spec, footprint_frame, heatmap_figure,
                                              roofline_frame, write_report)
 from tests.report.inputs import library_inputs
 
@@ -35,12 +35,17 @@ def test_every_chart_family_is_there(inputs, report):
     assert {"flash_attention_fwd", "paged_decode_attention"} <= configured
     html = report.html.read_text()
     for chart in payload["charts"]:
-        assert f'id="{chart["chart_id"]}"' in html
-    assert html.count("Plotly.newPlot") == len(payload["charts"])
-    # plotly.js inlined once, nothing fetched from elsewhere
-    after_plotlyjs = html.split("</script>", 1)[1]
-    assert "plotly.js v" not in after_plotlyjs and "cdn.plot.ly" not in after_plotlyjs
-    assert "<script src" not in html
+        assert f'id="{chart["chart_id"]}"' in html and f'id="spec-{chart["chart_id"]}"' in html
+    # each chart's spec is JSON the page draws; plotly.js is packed once (gzip + base64), fetched from nowhere
+    specs = re.findall(r'<script type="application/json" id="spec-[^"]+">(.*?)</script>', html, re.S)
+    assert len(specs) == len(payload["charts"]) and all(json.loads(s)["data"] for s in specs)
+    packed = re.search(r'<script type="application/octet-stream" id="plotly-gz">(.*?)</script>', html, re.S).group(1)
+    import base64
+    import gzip
+    plotly_js = gzip.decompress(base64.b64decode(packed)).decode()
+    assert plotly_js.startswith("/**") and "plotly.js v" in plotly_js[:300]
+    assert "cdn.plot.ly" not in html and "<script src" not in html
+    assert len(html.encode()) < 4_500_000  # the inlined plotly.js alone was 4.8 MB
 
 
 def test_exports_are_linked_and_exist(report):
@@ -63,12 +68,12 @@ def test_heatmap_has_one_panel_per_warps_and_stages(inputs):
     panel = fig.data[warps.index(best["num_warps"]) * len(stages) + stages.index(best["num_stages"])]
     row, col = list(panel.y).index(str(best["block_m"])), list(panel.x).index(str(best["block_n"]))
     assert panel.z[row][col] == best["latency_us"]  # the best config sits in its cell
-    assert chart_latency_heatmaps(kernel, shape, group).count("BLOCK_M=%{y}") == len(fig.data)
+    assert figure_spec(fig).count("BLOCK_M=%{y}") == len(fig.data)
 
 
 def test_heatmap_is_skipped_without_tiles(inputs):
     diag = inputs.diagnostics.head(5).assign(block_m=pd.NA)
-    assert chart_latency_heatmaps("k", "s", diag) is None
+    assert heatmap_figure("k", "s", diag) is None
 
 
 def test_roofline_falls_back_to_flops_bytes_and_latency(inputs):
@@ -108,8 +113,8 @@ def test_footprint_prefers_the_static_compile_and_keeps_the_smem_limit(inputs):
     gemm = mine.iloc[0]
     assert gemm["footprint_source"] == "static compile" and gemm["spill_stores_bytes"] == 808
     assert gemm["occupancy_pct"] > 0
-    html = audit_report.chart_memory_footprint("gemm_bf16", frame[frame["kernel_name"] == "gemm_bf16"])
-    assert "opt-in limit 232,448" in html
+    fig = audit_report.memory_footprint_figure("gemm_bf16", frame[frame["kernel_name"] == "gemm_bf16"])
+    assert "opt-in limit 232,448" in figure_spec(fig)
 
 
 def test_trace_names_are_escaped_everywhere(tmp_path):
@@ -122,7 +127,12 @@ def test_trace_names_are_escaped_everywhere(tmp_path):
     assert HOSTILE not in html and "<img src=x" not in html
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in html  # shown as text, in tables and in plotly labels
     scripts = re.findall(r"<script[^>]*>", html)
-    assert all(s in ("<script>", '<script type="text/javascript">') for s in scripts)
+    assert all(s == "<script>" or s.startswith(('<script type="application/json" id="spec-',
+                                                 '<script type="application/octet-stream"')) for s in scripts)
+    specs = re.findall(r'<script type="application/json"[^>]*>(.*?)</script>', html, re.S)
+    assert specs and all("<" not in s and ">" not in s for s in specs)  # nothing can close the element
+    labels = [json.loads(s) for s in specs if "alert(1)" in s]
+    assert labels and all("&lt;script&gt;alert(1)" in json.dumps(spec) for spec in labels)  # plotly shows it as text
     markdown = files.markdown.read_text()
     assert HOSTILE not in markdown and "\\<script\\>alert(1)\\</script\\>" in markdown
     assert json.loads(files.json.read_text())["kernels"][0] == HOSTILE  # JSON keeps the data as data
@@ -136,7 +146,7 @@ def test_regressions_section_when_history_is_given(inputs, tmp_path):
                                  "reference_ci_low_us": 99.0, "reference_ci_high_us": 101.0, "ci_separated": True,
                                  "status": "IMPROVED", "reference_status": "IMPROVED"}])
     files = write_report(audit_report.ReportInputs(**{**inputs.__dict__, "history": regressions}), tmp_path)
-    assert "1 regressions against the last accepted audit" in files.html.read_text()
+    assert "1 regressions against the accepted audit <code>r0</code>" in files.html.read_text()
     assert "| slower | gemm\\_bf16 |" in files.markdown.read_text()
     assert (tmp_path / "regressions.csv").exists()
 
