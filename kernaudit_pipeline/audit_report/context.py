@@ -84,27 +84,17 @@ def decision_views(diag: pd.DataFrame, decisions: list[dict]) -> list[dict]:
 
 
 def advisor_view(advisor: object, fallback_note: str) -> dict:
-    """What the advisor (Claude, or the rules alone) said: summary, kept and rejected suggestions, heuristics."""
-    if advisor is None:
-        return {"note": fallback_note, "used": "rules", "summary": "", "accepted": [], "rejected": [],
-                "heuristics": [], "rejected_heuristics": []}
-    note = advisor.note() if callable(getattr(advisor, "note", None)) else fallback_note
+    """What the advisor (Claude, or the rules alone) said: summary, kept and rejected suggestions, its hints.
 
-    def heuristic(h: object) -> dict:
-        return {"hint": jsonable(getattr(h, "hint", {})), "state": str(getattr(h, "verification_state", "")),
-                "note": str(getattr(h, "verification_note", ""))}
-
-    return {
-        "note": note,
-        "used": str(getattr(advisor, "advisor_used", "rules")),
-        "model": getattr(advisor, "model", None),
-        "summary": str(getattr(advisor, "summary", "") or ""),
-        "accepted": [jsonable(r) for r in getattr(advisor, "claude_accepted", ())],
-        "rejected": [{"recommendation": jsonable(x.recommendation), "reason": str(x.reason)}
-                     for x in getattr(advisor, "claude_rejected", ())],
-        "heuristics": [heuristic(h) for h in getattr(advisor, "heuristics", ())],
-        "rejected_heuristics": [heuristic(h) for h in getattr(advisor, "rejected_heuristics", ())],
-    }
+    Reads the stage's ``AdvisorReport.to_json()``; anything without one is only its note.
+    """
+    empty = {"note": fallback_note, "used": "rules", "model": None, "summary": "", "accepted": [], "rejected": [],
+             "heuristics": [], "rejected_heuristics": []}
+    if advisor is None or not callable(getattr(advisor, "to_json", None)):
+        note = advisor.note() if callable(getattr(advisor, "note", None)) else fallback_note
+        return {**empty, "note": note}
+    data = jsonable(advisor.to_json())
+    return {**empty, **{k: data.get(k) or empty[k] for k in empty}, "used": data.get("advisor_used", "rules")}
 
 
 def build_context(inputs: ReportInputs) -> dict:
@@ -149,6 +139,7 @@ def build_context(inputs: ReportInputs) -> dict:
         "regressions": records(history) if history is not None else None,
         "history_reference": inputs.history_reference,
         "advisor": advisor_view(inputs.advisor, inputs.advisor_note),
+        "heuristics": [jsonable(h) for h in inputs.heuristics],
         "charts": charts,
         "chart_groups": {label: sum(c.group == group for c in charts) for group, label in CHART_GROUPS.items()
                          if any(c.group == group for c in charts)},

@@ -24,7 +24,8 @@ class ReportInputs:
     history_reference: str | None = None  # the accepted audit compared with; None: this is the first audit
     mlflow_run_url: str | None = None
     decisions: tuple = ()  # core.verdicts.Decision, one per (kernel, shape, device), from the recommendations stage
-    advisor: object | None = None  # advisor.AdvisorResult: Claude's summary, kept/rejected suggestions, heuristics
+    advisor: object | None = None  # recommendations.stage.AdvisorReport: Claude's summary, kept/rejected advice
+    heuristics: tuple = ()  # recommendations.model.Heuristic, learned per kernel from the sweep
 
 
 @dataclass(frozen=True)

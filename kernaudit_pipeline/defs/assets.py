@@ -185,8 +185,8 @@ def audit_report(context: AssetExecutionContext, settings: AuditSettings, mlflow
         quarantine=quarantine, diagnostics=spill_diagnostics, static=static_resources,
         recommendations=list(recommendations.recommendations), rules=raw_traces.rules,
         advisor_note=recommendations.note(), history=audit_history, history_reference=reference,
-        decisions=tuple(getattr(recommendations, "decisions", None) or ()),
-        advisor=getattr(recommendations, "advisor", recommendations),
+        decisions=tuple(recommendations.decisions),
+        advisor=recommendations.advisor, heuristics=tuple(recommendations.heuristics),
         mlflow_run_url=tracking.run_url(active.info.run_id, active.info.experiment_id) if active else None,
     )
     out_dir = settings.paths().reports / context.run.run_id

@@ -44,7 +44,8 @@ def library_inputs(data_dir: Path, *, rename: dict[str, str] | None = None, stat
                         kernel_runs=checked.kernel_runs, quarantine=checked.quarantine, diagnostics=diag,
                         static=static if static is not None else pd.DataFrame(),
                         recommendations=list(result.recommendations), rules=traces.rules,
-                        advisor_note=result.note(), history=history)
+                        advisor_note=result.note(), history=history, decisions=result.decisions,
+                        advisor=result.advisor, heuristics=result.heuristics)
 
 
 BACKENDS = {"torch.matmul": "cuBLAS", "torch._scaled_mm": "CUTLASS (f8f8bf16_rowwise)",

@@ -129,8 +129,22 @@ def test_the_terminal_names_every_decision(inputs, report):
     assert "SHIP_CONFIG" in rich_out.getvalue() and "Decisions" in rich_out.getvalue()
 
 
+def test_the_stage_decisions_reach_the_report(tmp_path):
+    """The recommendations stage's own Decision records, not constructed ones."""
+    real = library_inputs(tmp_path / "data")
+    assert real.decisions  # stage.run decides every group
+    files = write_report(real, tmp_path / "report")
+    payload = json.loads(files.json.read_text())
+    assert payload["decisions"] == [d.to_json() for d in real.decisions]
+    assert {tuple(g) for g in payload["groups"]} == {(d.kernel_name, d.shape_name, d.device_name)
+                                                     for d in real.decisions}
+    assert {d["data_kind"] for d in payload["decisions"]} >= {"measured", "modelled"}
+    if real.heuristics:
+        assert 'id="heuristics-table"' in files.html.read_text()
+
+
 def test_without_decisions_the_terminal_still_names_every_group(tmp_path):
-    base = library_inputs(tmp_path / "data")
+    base = dataclasses.replace(library_inputs(tmp_path / "data"), decisions=())
     files = write_report(base, tmp_path / "report")
     payload = json.loads(files.json.read_text())
     out = io.StringIO()
