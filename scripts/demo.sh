@@ -67,12 +67,12 @@ step "Where the GPU steps would run on this host, and on a faked 3-GPU host" 10 
   python -m kernaudit_pipeline.gpu_devices
 step "… the same with KERNAUDIT_GPU_DEVICES=0,1,2" 10 \
   env KERNAUDIT_GPU_DEVICES=0,1,2 python -m kernaudit_pipeline.gpu_devices
-step "The full audit (Dagster, in-process; static compile limited to 2 configs per kernel)" 30 \
-  kernaudit audit --quiet --static-max-configs 2
+step "The full audit (Dagster, in-process; static compile limited to 2 configs per kernel): its stages, then every decision" 90 \
+  kernaudit audit --static-max-configs 2
 step "The report folder" 20 ls "$KERNAUDIT_DATA_DIR/reports/latest/"
 step "The report's headline (Markdown export)" 30 head -n 30 "$KERNAUDIT_DATA_DIR/reports/latest/report.md"
 step "Audit history: the first audit is the reference" 10 kernaudit history list
-step "A second audit on the same traces (no static compile this time)" 10 kernaudit audit --quiet --no-static
+step "A second audit on the same traces (no static compile this time; --quiet: only the decisions and the paths)" 40 kernaudit audit --quiet --no-static
 step "Compared with the accepted audit" 20 kernaudit history compare
 step "Recommendations waiting for review" 15 kernaudit review list --state PENDING_REVIEW
 REC=$(kernaudit review list --json | python -c "

@@ -32,13 +32,15 @@ def report_shots(report: Path, out: Path) -> list[Path]:
     with chromium(VIEWPORT) as page:
         log = PageLog().attach(page)
         page.goto(report.as_uri())
-        page.wait_for_function("document.querySelectorAll('.js-plotly-plot .main-svg').length > 0", timeout=120_000)
+        page.wait_for_function("document.body.dataset.charts === 'drawn'", timeout=180_000)
         page.wait_for_timeout(1500)
-        shots.append(out / "report-overview.png")
+        shots.append(out / "report-overview.png")  # the decisions, above every chart
         page.screenshot(path=shots[-1])
-        # no sticky filter bar or table header over the element shots
-        page.add_style_tag(content="#filters, th { position: static !important; }")
-        for name, selector in (("report-candidate-vs-baseline.png", "#sec-chart-speedups"),
+        # no sticky bar or table header over the element shots
+        page.add_style_tag(content="#bar, th { position: static !important; }")
+        for name, selector in (("report-decisions.png", "#decisions"),
+                               ("report-spill-chain.png", "#spill-chain"),
+                               ("report-candidate-vs-baseline.png", "#sec-chart-decided-speedups"),
                                ("report-memory-footprint.png", "section[id^=sec-chart-footprint]"),
                                ("report-latency-heatmap.png", HEATMAP),
                                ("report-roofline.png", "#sec-chart-roofline")):
@@ -48,10 +50,11 @@ def report_shots(report: Path, out: Path) -> list[Path]:
                 target.scroll_into_view_if_needed()
                 shots.append(out / name)
                 target.screenshot(path=shots[-1])
-        page.locator("#sec-recs").scroll_into_view_if_needed()
-        page.evaluate("window.scrollBy(0, -60)")
-        shots.append(out / "report-recommendations.png")
-        page.screenshot(path=shots[-1])
+        for name, anchor in (("report-spills.png", "spills"), ("report-recommendations.png", "recs")):
+            page.locator(f"#{anchor}").scroll_into_view_if_needed()
+            page.evaluate(f"document.getElementById('{anchor}').scrollIntoView()")
+            shots.append(out / name)
+            page.screenshot(path=shots[-1])
     if log.console_errors or log.page_errors or log.external_requests:
         raise SystemExit(f"report page problems: {log}")
     return shots
@@ -74,6 +77,11 @@ def dagster_shots(data_dir: Path, out: Path, logs: Path) -> list[Path]:
         page.wait_for_timeout(1500)
         shots.append(out / "dagster-audit-report-materialization.png")
         page.screenshot(path=shots[-1])
+        page.goto(server.url + "/assets/audit_report?view=checks")
+        page.get_by_text("report_counts_add_up").first.wait_for(timeout=60_000)
+        page.wait_for_timeout(1500)
+        shots.append(out / "dagster-report-checks.png")
+        page.screenshot(path=shots[-1])
         page.goto(server.url + "/assets/audit_history?view=checks")
         page.get_by_text("no_new_regressions").first.wait_for(timeout=60_000)
         page.wait_for_timeout(1500)
@@ -81,6 +89,7 @@ def dagster_shots(data_dir: Path, out: Path, logs: Path) -> list[Path]:
         page.screenshot(path=shots[-1])
         page.goto(server.url + "/runs")
         page.get_by_text("Success", exact=True).first.wait_for(timeout=60_000)
+        page.get_by_text("audit_job", exact=True).first.wait_for(timeout=30_000)
         page.wait_for_timeout(1000)
         shots.append(out / "dagster-runs.png")
         page.screenshot(path=shots[-1])

@@ -57,9 +57,15 @@ def test_dagster_dev_shows_the_asset_graph_and_the_completed_materialization(aud
             page.goto(server.url + "/runs")
             page.get_by_text(audited.run_id[:8]).first.wait_for(timeout=60_000)
             page.get_by_text("Success", exact=True).first.wait_for(timeout=30_000)  # the only run here
+            page.get_by_text("audit_job", exact=True).first.wait_for(timeout=30_000)  # a named job, not __ASSET_JOB
+            assert page.get_by_text("__ASSET_JOB").count() == 0
 
             page.goto(server.url + "/assets/audit_history?view=checks")
             page.get_by_text("no_new_regressions").first.wait_for(timeout=60_000)
+
+            page.goto(server.url + "/assets/audit_report?view=checks")  # the report's own checks
+            for check in ("report_has_a_decision_per_group", "report_counts_add_up", "report_is_self_contained"):
+                page.get_by_text(check).first.wait_for(timeout=60_000)
     assert log.page_errors == [] and log.external_requests == []
 
 
@@ -73,6 +79,8 @@ def test_mlflow_ui_lists_the_audit_run_and_its_kernels(audited, tmp_path):
                                 filter_string=f"tags.mlflow.parentRunId = '{parent.info.run_id}'")
     children = sorted(r.info.run_name for r in nested)  # one per (kernel, shape): "gemm_bf16 · <shape>"
     assert children and any("occupancy_pct" in r.data.metrics for r in nested)
+    assert parent.info.run_name == "audit_job"
+    assert all(r.data.tags.get("decision") and r.data.tags.get("data_kind") for r in nested)
 
     with mlflow_ui(paths.mlflow_tracking_uri, paths.mlflow_artifacts, tmp_path / "logs") as server:
         with chromium() as page:
