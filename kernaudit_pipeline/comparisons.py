@@ -26,7 +26,6 @@ generator) or ``predicted`` (the static cost model), from the row itself or its 
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from enum import StrEnum
 

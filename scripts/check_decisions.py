@@ -8,8 +8,9 @@ checks per (kernel, shape, device) group, against figures recomputed here from t
 than taken from the ranking module:
 
 - the group has exactly one decision;
-- its config is within 1.02x of the fastest measured correct config (by median paired speedup
-  when the rows carry one, else by median latency);
+- its config is within 1.02x of the fastest measured correct config (by median speedup when
+  every timed row has one, paired when the runner timed it so, else by median latency; the
+  latency ratio to the lowest latency is printed beside it);
 - it is KEEP_BASELINE wherever the best correct Triton config is clearly slower than the
   baseline (its interval entirely below 1 - the decision band);
 - the review queue holds at most two items for it, and at most one config change.
@@ -91,9 +92,11 @@ def check(paths: list[Path], noise_band: float) -> dict:
             problems.append(f"{len(ds)} decisions")
         d = ds[0] if ds else None
         by_speedup = bool(cfgs) and all(c["speedup"] for c in cfgs.values())
-        ratio = None
+        ratio = lat_ratio = None
         clearly_slower = False
         if cfgs and d is not None and d.config_id is not None:
+            lat = {cid: median(c["lat"]) for cid, c in cfgs.items()}
+            lat_ratio = lat[d.config_id] / min(lat.values()) if d.config_id in lat else None
             if by_speedup:
                 best = {cid: median(c["speedup"]) for cid, c in cfgs.items()}
                 fastest = max(best.values())
@@ -103,8 +106,7 @@ def check(paths: list[Path], noise_band: float) -> dict:
                 hi = max(top["hi"]) if len(top["hi"]) == len(top["speedup"]) else median(top["speedup"])
                 clearly_slower = hi < 1.0 - band
             else:
-                lat = {cid: median(c["lat"]) for cid, c in cfgs.items()}
-                ratio = lat[d.config_id] / min(lat.values()) if d.config_id in lat else None
+                ratio = lat_ratio
             if ratio is None:
                 problems.append(f"decided config {d.config_id} is not a correct timed config")
             elif ratio > WITHIN + 1e-9:
@@ -120,7 +122,7 @@ def check(paths: list[Path], noise_band: float) -> dict:
             "kernel_name": key[0], "shape_name": key[1], "device_name": key[2],
             "decision": None if d is None else str(d.decision), "config_id": None if d is None else d.config_id,
             "speedup": None if d is None else d.speedup, "data_kind": None if d is None else str(d.data_kind),
-            "off_fastest": ratio, "clearly_slower": clearly_slower, "queue": len(items), "config_changes": changes,
+            "off_fastest": ratio, "latency_vs_fastest": lat_ratio, "clearly_slower": clearly_slower, "queue": len(items), "config_changes": changes,
             "ok": not problems, "problems": problems,
         })
     return {"files": [str(p) for p in paths], "rows": len(frame), "quarantined": quarantined,
@@ -149,6 +151,8 @@ def main(argv: list[str] | None = None) -> int:
     else:
         for g in report["groups"]:
             off = "-" if g["off_fastest"] is None else f"{g['off_fastest']:.3f}x"
+            if g["latency_vs_fastest"] is not None and g["latency_vs_fastest"] != g["off_fastest"]:
+                off += f" (latency {g['latency_vs_fastest']:.3f}x the lowest)"
             speed = "-" if g["speedup"] is None else f"{g['speedup']:.3f}x"
             print(f"{'ok  ' if g['ok'] else 'FAIL'} {g['kernel_name']} / {g['shape_name']} / {g['device_name']}: "
                   f"{g['decision']} {g['config_id'] or '-'} at {speed} ({g['data_kind']}), off fastest {off}, "

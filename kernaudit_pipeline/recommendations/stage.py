@@ -22,7 +22,6 @@ from typing import Any
 
 import pandas as pd
 
-from kernaudit_pipeline.comparisons import DEFAULT_NOISE_BAND
 from kernaudit_pipeline.core.values import json_safe
 from kernaudit_pipeline.core.verdicts import Decision
 from kernaudit_pipeline.recommendations import advice, heuristics as heuristics_lib
