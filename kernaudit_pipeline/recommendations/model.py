@@ -104,6 +104,8 @@ class Evidence:
 class StaticSnapshot:
     """Compile-time footprint of one config (from a recompile, or as the row reports it)."""
 
+    __pydantic_config__ = ConfigDict(extra="forbid")  # validated as part of a stored record
+
     config_id: str | None = None
     registers_per_thread: int | None = None
     spill_stores_bytes: int | None = None
@@ -131,6 +133,8 @@ class Verification:
     ``faster_than_baseline`` are verified and ``faster_than_current`` is verified or does not
     apply, UNVERIFIED otherwise; NOT_APPLICABLE when there is no config to check.
     """
+
+    __pydantic_config__ = ConfigDict(extra="forbid")  # validated as part of a stored record
 
     state: VerificationState = VerificationState.UNVERIFIED
     note: str = "not verified"
@@ -290,39 +294,6 @@ class AdvisorOutput(BaseModel):
     block_size_heuristics: list[BlockSizeHint]
 
 
-class StaticSnapshotModel(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    config_id: str | None = None
-    registers_per_thread: int | None = None
-    spill_stores_bytes: int | None = None
-    spill_loads_bytes: int | None = None
-    shared_mem_bytes: int | None = None
-    shared_mem_limit_bytes: int | None = None
-    blocks_per_sm: int | None = None
-    occupancy_pct: float | None = None
-    occupancy_limiter: str | None = None
-    compile_status: str | None = None
-    arch: str | None = None
-
-
-class VerificationModel(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    state: VerificationState
-    note: str
-    fits: VerificationState = VerificationState.UNVERIFIED
-    faster_than_current: VerificationState = VerificationState.UNVERIFIED
-    faster_than_baseline: VerificationState = VerificationState.UNVERIFIED
-    static_before: StaticSnapshotModel | None = None
-    static_after: StaticSnapshotModel | None = None
-    speedup_current: float | None = None
-    speedup_current_ci: tuple[float, float] | None = None
-    speedup_new: float | None = None
-    speedup_new_ci: tuple[float, float] | None = None
-    speedup_paired: bool | None = None
-    data_kind: DataKind | None = None
-    measured_source: str | None = None
-
-
 # Stored configs may carry a kernel's own meta-parameters (e.g. partition_size), filled in by
 # verification from the kernel's CONFIGS; Claude's TileConfig stays closed.
 StoredConfig = dict[str, int]
@@ -332,7 +303,7 @@ class RecommendationModel(AdvisorSuggestion):
     current_config: StoredConfig  # type: ignore[assignment]
     new_config: StoredConfig | None = None  # type: ignore[assignment]
     rec_id: str = Field(pattern=r"^rec-[0-9a-f]{12}$")
-    verification: VerificationModel
+    verification: Verification
     source: Source
     review_state: ReviewState
     rule: Rule | None = None
@@ -356,11 +327,6 @@ def recommendation_to_json(rec: Recommendation) -> dict[str, Any]:
 def recommendation_from_json(data: Mapping[str, Any]) -> Recommendation:
     """Validate a stored record (pydantic) and rebuild the frozen dataclass."""
     m = RecommendationModel.model_validate(data)
-    v = m.verification
-
-    def snap(s: StaticSnapshotModel | None) -> StaticSnapshot | None:
-        return None if s is None else StaticSnapshot(**s.model_dump())
-
     return Recommendation(
         rec_id=m.rec_id, kernel_name=m.kernel_name, shape_name=m.shape_name, device_name=m.device_name,
         current_config=dict(m.current_config), action=m.action,
@@ -368,13 +334,7 @@ def recommendation_from_json(data: Mapping[str, Any]) -> Recommendation:
         code=m.code, rationale=m.rationale,
         evidence=tuple(Evidence(**e.model_dump()) for e in m.evidence),
         expected_effect=m.expected_effect,
-        verification=Verification(
-            state=v.state, note=v.note, fits=v.fits, faster_than_current=v.faster_than_current,
-            faster_than_baseline=v.faster_than_baseline, static_before=snap(v.static_before),
-            static_after=snap(v.static_after), speedup_current=v.speedup_current,
-            speedup_current_ci=v.speedup_current_ci, speedup_new=v.speedup_new,
-            speedup_new_ci=v.speedup_new_ci, speedup_paired=v.speedup_paired, data_kind=v.data_kind,
-            measured_source=v.measured_source),
+        verification=m.verification,
         confidence=m.confidence, source=m.source, review_state=m.review_state, rule=m.rule,
         shape_dims=dict(m.shape_dims), decision=m.decision, data_kind=m.data_kind, dtype=m.dtype,
         new_config_id=m.new_config_id,

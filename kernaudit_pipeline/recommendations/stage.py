@@ -41,25 +41,22 @@ MAX_REASON_CHARS = 400
 
 @dataclass(frozen=True)
 class AdvisorReport:
-    """What the advisor did: which one ran and why, Claude's summary, kept and rejected advice."""
+    """What the advisor did: the client's reply (which advisor ran, usage), why, Claude's summary,
+    and what became of its suggestions and hints."""
 
-    advisor_used: AdvisorKind
+    reply: AdvisorReply
     reason: str
-    model: str | None
-    settings: AdvisorSettings
     summary: str = ""
     accepted: tuple[Recommendation, ...] = ()
     rejected: tuple[RejectedSuggestion, ...] = ()
     heuristics: tuple[Heuristic, ...] = ()
     rejected_heuristics: tuple[Heuristic, ...] = ()
-    input_tokens: int = 0
-    output_tokens: int = 0
-    cache_read_input_tokens: int = 0
-    cache_creation_input_tokens: int = 0
-    cost_usd_estimate: float | None = None
-    request_id: str | None = None
-    duration_s: float | None = None
-    requests: int = 0
+
+    def __getattr__(self, name: str) -> Any:
+        """The reply's fields (advisor_used, model, settings, tokens, cost, request_id, ...)."""
+        if name == "reply":
+            raise AttributeError(name)
+        return getattr(self.reply, name)
 
     def note(self) -> str:
         """One line for reports: which advisor ran and why."""
@@ -69,18 +66,19 @@ class AdvisorReport:
         return f"rules only: {self.reason}"
 
     def to_json(self) -> dict[str, Any]:
+        r = self.reply
         return json_safe({
-            "advisor_used": str(self.advisor_used), "reason": self.reason, "model": self.model,
+            "advisor_used": str(r.advisor_used), "reason": self.reason, "model": r.model,
             "note": self.note(), "summary": self.summary,
-            "accepted": [recommendation_to_json(r) for r in self.accepted],
-            "rejected": [r.to_json() for r in self.rejected],
+            "accepted": [recommendation_to_json(x) for x in self.accepted],
+            "rejected": [x.to_json() for x in self.rejected],
             "heuristics": [h.to_json() for h in self.heuristics],
             "rejected_heuristics": [h.to_json() for h in self.rejected_heuristics],
-            "usage": {"input_tokens": self.input_tokens, "output_tokens": self.output_tokens,
-                      "cache_read_input_tokens": self.cache_read_input_tokens,
-                      "cache_creation_input_tokens": self.cache_creation_input_tokens,
-                      "cost_usd_estimate": self.cost_usd_estimate, "requests": self.requests,
-                      "duration_s": self.duration_s, "request_id": self.request_id},
+            "usage": {"input_tokens": r.input_tokens, "output_tokens": r.output_tokens,
+                      "cache_read_input_tokens": r.cache_read_input_tokens,
+                      "cache_creation_input_tokens": r.cache_creation_input_tokens,
+                      "cost_usd_estimate": r.cost_usd_estimate, "requests": r.requests,
+                      "duration_s": r.duration_s, "request_id": r.request_id},
         })
 
 
@@ -133,15 +131,6 @@ class StageResult:
         return out
 
 
-def _report(reply: AdvisorReply, **extra: Any) -> AdvisorReport:
-    return AdvisorReport(
-        advisor_used=reply.advisor_used, reason=reply.reason, model=reply.model, settings=reply.settings,
-        input_tokens=reply.input_tokens, output_tokens=reply.output_tokens,
-        cache_read_input_tokens=reply.cache_read_input_tokens,
-        cache_creation_input_tokens=reply.cache_creation_input_tokens, cost_usd_estimate=reply.cost_usd_estimate,
-        request_id=reply.request_id, duration_s=reply.duration_s, requests=reply.requests, **extra)
-
-
 def consult(frame: pd.DataFrame, rankings: dict[GroupKey, GroupRanking], decisions: list[Decision],
             queue: list[Recommendation], learned: list[Heuristic], verifier: Verifier,
             settings: AdvisorSettings, noise_band: float) -> AdvisorReport:
@@ -152,22 +141,17 @@ def consult(frame: pd.DataFrame, rankings: dict[GroupKey, GroupRanking], decisio
     system, user = render_prompts(evidence)
     reply = ask(system, user, settings)
     if reply.output is None:
-        return _report(reply)
+        return AdvisorReport(reply, reply.reason)
     try:
         kept, rejected = advice.screen(reply.output, frame, rankings, queue, verifier)
         hints_ok, hints_bad = advice.check_hints(reply.output.block_size_heuristics, rankings, noise_band)
     except Exception as exc:  # noqa: BLE001 - a bad suggestion must not fail the audit
         log.warning("advisor: screening failed: %s", exc)
-        return _report(reply, reason=scrub(f"Claude's answer could not be screened: {type(exc).__name__}: {exc}"))
+        return AdvisorReport(reply, scrub(f"Claude's answer could not be screened: {type(exc).__name__}: {exc}"))
     total = len(kept) + len(rejected)
     reason = f"structured output validated; {len(kept)} of {total} suggestion(s) kept after screening and verification"
-    return AdvisorReport(
-        advisor_used=reply.advisor_used, reason=reason, model=reply.model, settings=reply.settings,
-        summary=scrub(reply.output.summary), accepted=tuple(kept), rejected=tuple(rejected),
-        heuristics=tuple(hints_ok), rejected_heuristics=tuple(hints_bad), input_tokens=reply.input_tokens,
-        output_tokens=reply.output_tokens, cache_read_input_tokens=reply.cache_read_input_tokens,
-        cache_creation_input_tokens=reply.cache_creation_input_tokens, cost_usd_estimate=reply.cost_usd_estimate,
-        request_id=reply.request_id, duration_s=reply.duration_s, requests=reply.requests)
+    return AdvisorReport(reply, reason, summary=scrub(reply.output.summary), accepted=tuple(kept),
+                         rejected=tuple(rejected), heuristics=tuple(hints_ok), rejected_heuristics=tuple(hints_bad))
 
 
 def run(frame: pd.DataFrame, *, verify_settings: VerifySettings | None = None,
