@@ -154,10 +154,16 @@ def recommendations(context: AssetExecutionContext, settings: AuditSettings, spi
     recs = list(result.recommendations)
     decisions = pd.Series([str(d.decision) for d in result.decisions]).value_counts().to_dict() if result.decisions else {}
     states = pd.Series([str(r.verification.state) for r in recs]).value_counts().to_dict() if recs else {}
+    frame = pd.DataFrame([{"kernel_name": d.kernel_name, "shape_name": d.shape_name, "device_name": d.device_name,
+                           "decision": str(d.decision), "config_id": d.config_id, "speedup": d.speedup,
+                           "speedup_ci_low": d.speedup_ci_low, "data_kind": str(d.data_kind)}
+                          for d in result.decisions])
     context.add_output_metadata({
-        "decisions": MetadataValue.json(decisions), "review_queue": len(recs),
-        "heuristics": MetadataValue.md("\n".join(f"- {h.kernel_name}: {h.text} ({h.verification})"
-                                                  for h in result.heuristics) or "_none_"),
+        "decisions": MetadataValue.json(decisions), "decision_table": table(frame, limit=100),
+        "review_queue": len(recs),
+        "heuristics": table(pd.DataFrame([{"kernel_name": h.kernel_name, "heuristic": h.text,
+                                           "verification": str(h.verification), "data_kind": str(h.data_kind)}
+                                          for h in result.heuristics]), limit=100),
         "advisor": result.note(), "verification": MetadataValue.json(states), "store": MetadataValue.path(str(store)),
     })
     return result
