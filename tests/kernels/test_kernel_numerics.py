@@ -1,4 +1,4 @@
-"""Numerics of the four kernels on small shapes, run by Triton's CPU interpreter.
+"""Numerics of the kernels on small shapes, run by Triton's CPU interpreter.
 
 ``TRITON_INTERPRET=1`` has to be in the environment before a kernel module is imported (the
 ``@triton.jit`` decorator reads it), and ``load_kernel_module`` caches modules per process.
@@ -86,6 +86,17 @@ CASES: dict[str, list[dict]] = {
          "dtype": "float16"},
     ],
 }
+
+CASES["swiglu_gemm"] = [
+    {"id": "swiglu_64x64x64", "dims": {"M": 64, "N": 64, "K": 64},
+     "config": _GEMM_CFG, "dtype": "float16"},
+    # ragged M and N (wrap-around loads, masked store) and a masked K tail
+    {"id": "swiglu_ragged_50x72x80", "dims": {"M": 50, "N": 72, "K": 80},
+     "config": _GEMM_CFG, "dtype": "float16"},
+    {"id": "swiglu_decode_16x96x128", "dims": {"M": 16, "N": 96, "K": 128},
+     "config": {"BLOCK_M": 16, "BLOCK_N": 32, "BLOCK_K": 64, "GROUP_M": 1,
+                "num_warps": 4, "num_stages": 2}, "dtype": "float16"},
+]
 
 SEED = random.SystemRandom().randrange(2**31)
 
