@@ -29,6 +29,7 @@ COMMANDS: Mapping[str, tuple[str, str]] = MappingProxyType({
     "assess": ("assess", "assess seed-format JSON items: status, spills, speedup, recommendation"),
     "ingest": ("ingest", "detect and normalize profiler and benchmark files into kernel_runs and quarantine"),
     "static": ("static", "compile-time resources (registers, spills, shared memory) per config, no GPU"),
+    "rank": ("rank", "order a config space by predicted time (static cost model), no GPU"),
     "bench": ("bench", "GPU runner: paired timing of kernels against their baselines, JSONL out"),
     "audit": ("audit", "materialize the whole asset graph in-process and print the decisions"),
     "review": ("review", "approve or reject recommendations (append-only, hash-chained trail)"),

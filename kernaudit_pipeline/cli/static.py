@@ -15,8 +15,10 @@ def add_common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--arch", default="sm_90", choices=list(ARCHS),
                         help="compile target (default sm_90, the H100/H200)")
     parser.add_argument("--timeout-s", type=float, default=300.0,
-                        help="seconds allowed for each compile, for importing a kernel module and "
-                             "running its compile_args, and for a compile worker to start (default 300)")
+                        help="seconds allowed for each compile and for a compile worker to start (default 300)")
+    parser.add_argument("--module-timeout-s", type=float, default=None,
+                        help="seconds allowed for importing a kernel module and running its compile_args "
+                             "(default: 60, or --timeout-s if smaller)")
     parser.add_argument("--jobs", type=int, default=None,
                         help="parallel compile workers (default: the CPU count)")
     parser.add_argument("--data-dir", type=Path, default=None,
@@ -45,6 +47,8 @@ def check_common(args: argparse.Namespace) -> None:
 
     if not math.isfinite(args.timeout_s) or args.timeout_s <= 0:
         raise UserError("--timeout-s must be positive")
+    if args.module_timeout_s is not None and not (math.isfinite(args.module_timeout_s) and args.module_timeout_s > 0):
+        raise UserError("--module-timeout-s must be positive")
     if args.jobs is not None and args.jobs < 1:
         raise UserError("--jobs must be at least 1")
     if args.data_dir is not None:
@@ -53,26 +57,32 @@ def check_common(args: argparse.Namespace) -> None:
         os.environ["KERNAUDIT_DATA_DIR"] = str(args.data_dir.resolve())
 
 
-def describe_or_fail(refs: list, args: argparse.Namespace, command: str) -> tuple[list, list[str]]:
+def describe_or_fail(refs: list, args: argparse.Namespace) -> tuple[list, list[str]]:
     """Descriptions of the asked-for kernels (all of kernels/ when none), and one line per
-    module that could not be described."""
-    import sys  # noqa: PLC0415
-
+    module that could not be described (imported, or its compile_args run, in a worker)."""
     from kernaudit_pipeline.kernel_spec import kernel_files  # noqa: PLC0415
     from kernaudit_pipeline.static_resources import (  # noqa: PLC0415
         KernelFailure, UnknownKernel, describe_kernels,
     )
 
     try:
-        got = describe_kernels(refs or kernel_files(), timeout_s=args.timeout_s, max_workers=args.jobs)
+        got = describe_kernels(refs or kernel_files(), timeout_s=args.timeout_s, max_workers=args.jobs,
+                               module_timeout_s=args.module_timeout_s)
     except UnknownKernel as exc:
         raise UserError(str(exc.args[0])) from None
-    problems = []
-    for d in got:
-        if isinstance(d, KernelFailure):
-            problems.append(f"{d.module}: {d.reason}")
-            print(f"kernaudit {command}: {d.module}: {d.reason}", file=sys.stderr)
+    problems = [f"{d.module}: {d.reason}" for d in got if isinstance(d, KernelFailure)]
     return [d for d in got if not isinstance(d, KernelFailure)], problems
+
+
+def report_problems(problems: list[str], command: str, anything_left: bool) -> None:
+    """Nothing left to do: the reasons as the one error line. Otherwise one line per module
+    that failed, on stderr, and the command goes on with the rest (exit 1 at the end)."""
+    import sys  # noqa: PLC0415
+
+    if not anything_left:
+        raise UserError("; ".join(problems) if problems else "no kernel modules to audit")
+    for line in problems:
+        print(f"kernaudit {command}: {line}", file=sys.stderr)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -84,7 +94,7 @@ def run(args: argparse.Namespace) -> int:
     )
 
     check_common(args)
-    described, problems = describe_or_fail(list(args.kernels), args, "static")
+    described, problems = describe_or_fail(list(args.kernels), args)
     wanted = [c for c in args.configs.split(",") if c] if args.configs else None
     plan = []
     for desc in described:
@@ -99,10 +109,9 @@ def run(args: argparse.Namespace) -> int:
         missing = [c for c in wanted if c not in known]
         if missing:
             raise UserError(f"unknown config id(s): {', '.join(missing)}")
-    if not plan:
-        raise UserError("no kernel modules to audit" if not problems else "no kernel module could be loaded")
+    report_problems(problems, "static", bool(plan))
     report = sweep_report(plan, arch=args.arch, timeout_s=args.timeout_s, max_workers=args.jobs,
-                          use_cache=not args.no_cache)
+                          use_cache=not args.no_cache, module_timeout_s=args.module_timeout_s)
     if args.json:
         print(json.dumps([dataclasses.asdict(r) for r in report.results], indent=2))
     else:

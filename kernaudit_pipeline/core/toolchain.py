@@ -155,6 +155,25 @@ def parse_ptxas_log(log: str) -> list[PtxasUsage]:
             for f in [*entries, *devices.values()]]
 
 
+# ptxas "Potential Performance Loss" diagnostics about Hopper's asynchronous wgmma pipeline:
+# C7514/C7515/C7511 say the wgmmas were serialized, C7517 that the compiler injected
+# warpgroup.wait to read accumulator registers (the MMAs no longer overlap what follows).
+WGMMA_SERIALIZED_RE = re.compile(r"wgmma\.mma_async instructions are serialized")
+WGMMA_WAIT_RE = re.compile(r"warpgroup\.wait is injected")
+
+
+@dataclass(frozen=True)
+class WgmmaDiagnostics:
+    serialized: bool
+    waits_injected: bool
+
+
+def wgmma_diagnostics(log: str) -> WgmmaDiagnostics:
+    """What a ptxas log says about the wgmma pipeline (both False when it says nothing)."""
+    return WgmmaDiagnostics(serialized=WGMMA_SERIALIZED_RE.search(log) is not None,
+                            waits_injected=WGMMA_WAIT_RE.search(log) is not None)
+
+
 def ptxas_usage(log: str, function: str) -> PtxasUsage | None:
     """The entry ``function`` of a log (the first, if it was compiled for several targets)."""
     return next((u for u in parse_ptxas_log(log) if u.function == function and u.is_entry), None)
@@ -236,6 +255,7 @@ def cubin_res_usage(cubin: bytes | Path, *, timeout_s: float = TOOL_TIMEOUT_S) -
 
 
 __all__ = [
-    "CubinUsage", "PTXAS_FRAME_RE", "PtxasUsage", "Tool", "ToolError", "cubin_res_usage",
-    "find_tool", "parse_ptxas_log", "parse_res_usage", "ptxas_usage", "require_tool", "run_ptxas",
+    "CubinUsage", "PTXAS_FRAME_RE", "PtxasUsage", "Tool", "ToolError", "WgmmaDiagnostics",
+    "cubin_res_usage", "find_tool", "parse_ptxas_log", "parse_res_usage", "ptxas_usage",
+    "require_tool", "run_ptxas", "wgmma_diagnostics",
 ]

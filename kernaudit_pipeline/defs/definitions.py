@@ -16,7 +16,7 @@ with warnings.catch_warnings():
     from dagster_mlflow import end_mlflow_on_run_finished
 
 from kernaudit_pipeline import gpu_devices
-from kernaudit_pipeline.defs import assets, audit_history, bench_steps, checks, schedules, sensors
+from kernaudit_pipeline.defs import assets, audit_history, bench_steps, checks, ranking, schedules, sensors
 from kernaudit_pipeline.defs.resources import AuditSettings, kernaudit_mlflow, mlflow_resource
 from kernaudit_pipeline.settings import MLFLOW_EXPERIMENT
 
@@ -39,7 +39,7 @@ def build_assets(devices: list[gpu_devices.GpuDevice] | None = None,
     raw_traces = assets.build_raw_traces(gpu_devices.declared_devices() if devices is None else devices, step_tags)
     return [assets.kernel_sources, assets.static_resources, raw_traces, assets.kernel_runs,
             assets.comparisons, assets.spill_diagnostics, assets.recommendations, assets.audit_report,
-            audit_history.audit_history]
+            audit_history.audit_history, ranking.predicted_ranking]
 
 
 def build_definitions(settings: AuditSettings | None = None,

@@ -30,6 +30,8 @@ from kernaudit_pipeline.static_resources.results import (
 from kernaudit_pipeline.static_resources.workers import Outcome, OutcomeKind, WorkerPool
 
 DEFAULT_TIMEOUT_S = 300.0
+# Importing a kernel module and running its compile_args over the space: seconds, not minutes.
+DEFAULT_MODULE_TIMEOUT_S = 60.0
 ModuleRef = ModuleType | str | Path | KernelDescription
 
 
@@ -132,8 +134,8 @@ class _LazyPool:
 
 def _describe_failure(outcome: Outcome, timeout_s: float) -> str:
     if outcome.kind is OutcomeKind.TIMEOUT:
-        return (f"import or compile_args did not finish within {timeout_s:g} s "
-                "(the --timeout-s limit); the module was not audited")
+        return (f"import or compile_args did not finish within {timeout_s:g} s; "
+                "the module was not audited")
     if outcome.kind is OutcomeKind.NOT_STARTED:
         return f"compile {outcome.message}"
     if outcome.kind is OutcomeKind.DIED:
@@ -158,10 +160,13 @@ def _describe(requests: list[tuple[str, Path, list | None, list | None]], pool: 
 
 
 def describe_kernels(refs: Iterable[ModuleRef], *, timeout_s: float = DEFAULT_TIMEOUT_S,
-                     max_workers: int | None = None,
-                     pool: _LazyPool | None = None) -> list[KernelDescription | KernelFailure]:
+                     max_workers: int | None = None, pool: _LazyPool | None = None,
+                     module_timeout_s: float | None = None) -> list[KernelDescription | KernelFailure]:
     """One description (or failure) per ref, in order; names are matched against every
-    module's ``NAME`` (which means describing every module in ``kernels/``)."""
+    module's ``NAME`` (which means describing every module in ``kernels/``). ``timeout_s``
+    bounds a worker's start-up, ``module_timeout_s`` (default: the smaller of 60 s and
+    ``timeout_s``) the import and compile_args of one module."""
+    module_timeout_s = module_timeout_s or min(DEFAULT_MODULE_TIMEOUT_S, timeout_s)
     refs = list(refs)
     own = pool is None
     pool = pool or _LazyPool(max(1, max_workers or os.cpu_count() or 1), timeout_s, _worker_env(True))
@@ -172,7 +177,7 @@ def describe_kernels(refs: Iterable[ModuleRef], *, timeout_s: float = DEFAULT_TI
         if any(p is None for p in paths):
             requests += [(f"k:{p}", p, None, None) for p in kernel_files()
                          if all(p.resolve() != q for q in paths)]
-        got = _describe(requests, pool, timeout_s)
+        got = _describe(requests, pool, module_timeout_s)
         by_name = {d.name: d for d in got.values() if isinstance(d, KernelDescription)}
         by_name.update({d.stem: d for d in got.values() if isinstance(d, KernelDescription)})
         out: list[KernelDescription | KernelFailure] = []
@@ -214,9 +219,12 @@ def _select(items: list, wanted: list | None, ident: Any, what: str) -> list:
 
 def sweep_report(plan: list[PlanItem], *, arch: str = "sm_90", timeout_s: float = DEFAULT_TIMEOUT_S,
                  max_workers: int | None = None, cache_dir: str | Path | None = None,
-                 use_cache: bool = True, progress: bool = True) -> SweepReport:
+                 use_cache: bool = True, progress: bool = True,
+                 module_timeout_s: float | None = None) -> SweepReport:
     """Describe each item's module (unless it is a description already), then compile what the
-    cache lacks. A module that cannot be described is a :class:`KernelFailure`, not rows."""
+    cache lacks. A module that cannot be described is a :class:`KernelFailure`, not rows.
+    ``timeout_s`` bounds each compile and each worker's start-up; ``module_timeout_s`` (default:
+    the smaller of 60 s and ``timeout_s``) a module's import and compile_args."""
     if arch not in ARCHS:
         raise ValueError(f"unknown arch {arch!r} (known: {', '.join(ARCHS)})")
     if timeout_s <= 0:
@@ -224,6 +232,7 @@ def sweep_report(plan: list[PlanItem], *, arch: str = "sm_90", timeout_s: float 
     spec_arch = ARCHS[arch]
     cache = Path(cache_dir) if cache_dir is not None else data_paths().static_cache
     version = triton_version()
+    module_timeout_s = module_timeout_s or min(DEFAULT_MODULE_TIMEOUT_S, timeout_s)
     pool = _LazyPool(max(1, max_workers or os.cpu_count() or 1), timeout_s, _worker_env(use_cache))
     try:
         # Items naming their configs/shapes as objects describe exactly those (they may be
@@ -233,9 +242,9 @@ def sweep_report(plan: list[PlanItem], *, arch: str = "sm_90", timeout_s: float 
                 else _Explicit(item) for item in plan]
         explicit = [(f"x{i}", module_path(r.item.module), r.item.configs, r.item.shapes)
                     for i, r in enumerate(refs) if isinstance(r, _Explicit)]
-        got = _describe(explicit, pool, timeout_s)
+        got = _describe(explicit, pool, module_timeout_s)
         plain = describe_kernels([r for r in refs if not isinstance(r, _Explicit)],
-                                 timeout_s=timeout_s, pool=pool)
+                                 timeout_s=timeout_s, pool=pool, module_timeout_s=module_timeout_s)
         plain_iter = iter(plain)
         described = [got[f"x{i}"] if isinstance(r, _Explicit) else next(plain_iter)
                      for i, r in enumerate(refs)]

@@ -18,7 +18,7 @@ from typing import Any
 from kernaudit_pipeline.kernel_spec import Specialization
 from kernaudit_pipeline.static_resources.results import NUMBER_FIELDS, CompileStatus
 
-CACHE_SCHEMA = 1
+CACHE_SCHEMA = 2  # 2: ptxas wgmma diagnostics
 
 
 @dataclass(frozen=True)

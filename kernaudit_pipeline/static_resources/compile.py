@@ -7,7 +7,9 @@ Where each number comes from:
 - spill store and spill load bytes: the ``ptxas -v`` log of that build. Triton prints it when
   asked (``TRITON_DUMP_PTXAS_LOG``); when Triton's own cache served the cubin, ptxas is re-run
   on the cached PTX with Triton's flags and checked against the cubin;
-- dynamic shared memory: ``metadata.shared``, what the launch requests.
+- dynamic shared memory: ``metadata.shared``, what the launch requests;
+- whether ptxas serialized the wgmmas or injected waits on their accumulators (its
+  "Potential Performance Loss" diagnostics in the same log): the cost model reads these.
 
 The tools are found and their output parsed by ``core.toolchain``.
 """
@@ -22,7 +24,8 @@ from dataclasses import dataclass
 from typing import Any, Iterator
 
 from kernaudit_pipeline.core.toolchain import (
-    CubinUsage, PtxasUsage, ToolError, cubin_res_usage, ptxas_usage, run_ptxas,
+    CubinUsage, PtxasUsage, ToolError, WgmmaDiagnostics, cubin_res_usage, ptxas_usage, run_ptxas,
+    wgmma_diagnostics,
 )
 from kernaudit_pipeline.kernel_spec import Specialization
 
@@ -41,6 +44,7 @@ class Resources:
     threads_per_block: int
     tmem_columns: int | None
     compile_seconds: float
+    wgmma: WgmmaDiagnostics
 
     def numbers(self) -> dict[str, int | float | None]:
         """The StaticResult fields; the cubin is authoritative for what the driver loads."""
@@ -55,6 +59,8 @@ class Resources:
             "threads_per_block": self.threads_per_block,
             "tmem_columns": self.tmem_columns,
             "compile_seconds": self.compile_seconds,
+            "wgmma_serialized": int(self.wgmma.serialized),
+            "wgmma_waits_injected": int(self.wgmma.waits_injected),
         }
 
 
@@ -116,10 +122,12 @@ def compile_specialized(kernel: Any, spec: Specialization, capability: int, num_
     if cubin_usage is None:
         raise RuntimeError(f"cuobjdump lists no function {name!r}")
     log_source = "triton"
-    usage = ptxas_usage(printed.getvalue(), name)
+    log = printed.getvalue()
+    usage = ptxas_usage(log, name)
     if usage is None or usage.registers is None:  # Triton's cache served the cubin
         log_source = "rerun"
-        usage = ptxas_usage(_ptxas_rerun(ck.asm["ptx"], ck.metadata, capability), name)
+        log = _ptxas_rerun(ck.asm["ptx"], ck.metadata, capability)
+        usage = ptxas_usage(log, name)
         agrees = (usage is not None and usage.registers == cubin_usage.registers
                   and usage.stack_frame_bytes == cubin_usage.stack_bytes)
         if not agrees and not force:
@@ -135,6 +143,7 @@ def compile_specialized(kernel: Any, spec: Specialization, capability: int, num_
         threads_per_block=int(ck.metadata.num_warps) * int(ck.metadata.num_ctas) * WARP_SIZE,
         tmem_columns=getattr(ck.metadata, "tmem_size", None),
         compile_seconds=seconds,
+        wgmma=wgmma_diagnostics(log),
     )
 
 

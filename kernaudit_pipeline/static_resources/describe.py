@@ -46,6 +46,9 @@ class KernelDescription:
     flops: dict[str, float | None] = field(default_factory=dict)
     bytes_moved: dict[str, float | None] = field(default_factory=dict)
     pairs: dict[tuple[str, str], Pair] = field(default_factory=dict)
+    # bytes_moved's coefficient of each product of two dims, e.g. {("K", "M"): 2.0} for a bf16
+    # A (M x K): how many bytes each operand costs per element (see bilinear_terms).
+    bytes_terms: dict[tuple[str, str], float] = field(default_factory=dict)
 
     @property
     def stem(self) -> str:
@@ -85,9 +88,63 @@ def _count(fn: Any, shape: Shape) -> float | None:
     return value if value == value and value >= 0 else None
 
 
+def bilinear_terms(count: Any, shape: Shape) -> dict[tuple[str, str], float]:
+    """The coefficient of ``d1*d2`` in ``count(shape)`` for each pair of dims, by the mixed second
+    difference f(2a,2b) - f(2a,b) - f(a,2b) + f(a,b) = c*a*b (terms linear in a or b cancel).
+
+    For a GEMM's ``bytes_moved`` this reads off the element sizes of its operands: 2 for a bf16
+    A per M*K, 4 per K*N for two bf16 weights, 1 for an fp8 operand. Exact for counts that are
+    polynomials of degree at most one in each dim; a term in three dims shows up in each pair."""
+    if count is None:
+        return {}
+
+    def at(**scale: int) -> float:
+        dims = {d: v * scale.get(d, 1) for d, v in shape.dims.items()}
+        return float(count(Shape(shape.name, dims, shape.label, shape.causal, shape.phase)))
+
+    names = sorted(d for d, v in shape.dims.items() if isinstance(v, int) and v > 0)
+    out: dict[tuple[str, str], float] = {}
+    try:
+        base = at()
+        single = {d: at(**{d: 2}) for d in names}
+        for i, a in enumerate(names):
+            for b in names[i + 1:]:
+                mixed = at(**{a: 2, b: 2}) - single[a] - single[b] + base
+                if mixed:
+                    out[(a, b)] = mixed / (shape.dims[a] * shape.dims[b])
+    except Exception:  # a count that cannot take other dims: no terms
+        return {}
+    return out
+
+
+class ContractError(ValueError):
+    """The module does not declare what the static audit needs."""
+
+
+def check_contract(mod: ModuleType) -> None:
+    """What the static audit needs of a kernel module (``kernel_spec``): a ``@triton.jit``
+    KERNEL, a NAME, configs, shapes and ``compile_args``."""
+    missing = [a for a in ("NAME", "KERNEL", "CONFIGS", "SHAPES", "compile_args") if not hasattr(mod, a)]
+    if missing:
+        raise ContractError(f"breaks the kernel contract: no {', '.join(missing)}")
+    if not hasattr(mod.KERNEL, "params"):
+        raise ContractError("breaks the kernel contract: KERNEL is not a @triton.jit function")
+    if not callable(mod.compile_args):
+        raise ContractError("breaks the kernel contract: compile_args is not a function")
+    for attr in ("CONFIGS", "SHAPES"):
+        value = getattr(mod, attr)
+        if not isinstance(value, (list, tuple)) or not value:
+            raise ContractError(f"breaks the kernel contract: {attr} must be a non-empty list")
+    if not all(isinstance(c, dict) for c in mod.CONFIGS):
+        raise ContractError("breaks the kernel contract: every config must be a dict")
+    if not all(isinstance(s, Shape) for s in mod.SHAPES):
+        raise ContractError("breaks the kernel contract: every shape must be a kernel_spec.Shape")
+
+
 def describe_module(mod: ModuleType, configs: list | None = None,
                     shapes: list | None = None) -> KernelDescription:
     """Everything the parent needs from ``mod``; runs the module's own code."""
+    check_contract(mod)
     cfgs = [dict(c) for c in _pick(list(mod.CONFIGS), configs, config_id, f"config for {mod.NAME}")]
     shps = _pick(list(mod.SHAPES), shapes, lambda s: s.name, f"shape for {mod.NAME}")
     pairs: dict[tuple[str, str], Pair] = {}
@@ -114,6 +171,7 @@ def describe_module(mod: ModuleType, configs: list | None = None,
         flops={s.name: _count(getattr(mod, "flops", None), s) for s in shps},
         bytes_moved={s.name: _count(getattr(mod, "bytes_moved", None), s) for s in shps},
         pairs=pairs,
+        bytes_terms=bilinear_terms(getattr(mod, "bytes_moved", None), shps[0]) if shps else {},
     )
 
 

@@ -85,6 +85,9 @@ class StaticResult:
     triton_version: str
     kernel_source_hash: str
     cached: bool
+    # ptxas diagnostics on sm_90's asynchronous MMA (None before sm_90 or when unknown)
+    wgmma_serialized: bool | None = None
+    wgmma_waits_injected: bool | None = None
 
     @property
     def spills(self) -> bool | None:
@@ -99,6 +102,7 @@ NUMBER_FIELDS: MappingProxyType[str, tuple[type, ...]] = MappingProxyType({
     "stack_frame_bytes": (int,), "shared_mem_static_bytes": (int,),
     "shared_mem_dynamic_bytes": (int,), "shared_mem_bytes": (int,), "threads_per_block": (int,),
     "tmem_columns": (int,), "compile_seconds": (int, float),
+    "wgmma_serialized": (int,), "wgmma_waits_injected": (int,),
 })
 
 
@@ -139,6 +143,8 @@ def make_result(*, kernel_name: str, config: dict, shape_name: str, arch: ArchSp
         threads_per_block=n["threads_per_block"], tmem_columns=n["tmem_columns"],
         compile_seconds=n["compile_seconds"], triton_version=triton_version,
         kernel_source_hash=kernel_source_hash, cached=cached,
+        wgmma_serialized=None if n["wgmma_serialized"] is None else bool(n["wgmma_serialized"]),
+        wgmma_waits_injected=None if n["wgmma_waits_injected"] is None else bool(n["wgmma_waits_injected"]),
     )
 
 

@@ -30,12 +30,6 @@ KNOWN_FAILURES: frozenset[str] = frozenset({
     'ingest / triton cache: .json 5000 deep',
     'ingest / triton cache: .json is a directory',
     'ingest / triton cache: one .json missing',
-    'static / kernel module: binary',
-    'static / kernel module: compile_args hangs',
-    'static / kernel module: hangs at import',
-    'static / kernel module: no KERNEL',
-    'static / kernel module: raises at import',
-    'static / kernel module: syntax error',
 })
 
 

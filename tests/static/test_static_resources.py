@@ -274,3 +274,11 @@ def test_cli_bad_input_is_one_line_exit_2(argv, needle, capsys):
     assert captured.out == ""
     lines = captured.err.strip().splitlines()
     assert len(lines) == 1 and needle in lines[0]
+
+
+def test_a_module_that_breaks_the_contract_is_refused(data_dir, tmp_path):
+    bad = tmp_path / "no_kernel.py"
+    bad.write_text("NAME = 'x'\nCONFIGS = []\nSHAPES = []\n")
+    report = sr.sweep_report([sr.PlanItem(bad)], max_workers=1, progress=False)
+    assert not report.results
+    assert report.failures[0].reason.endswith("breaks the kernel contract: no KERNEL, compile_args")

@@ -1,0 +1,168 @@
+#!/usr/bin/env python3
+"""Calibrate the static cost model on measured H200 sweeps and report leave-one-kernel-out
+accuracy (issue 15): for each kernel, fit on the others, rank its space with no timings, and
+compare the pick with the exhaustive best of each measured shape.
+
+    PYTHONPATH=. .venv/bin/python scripts/rank_validate.py                      # committed sweeps
+    PYTHONPATH=. .venv/bin/python scripts/rank_validate.py --sweeps a.jsonl b.jsonl \\
+        --held-out swiglu_gemm --write-calibration
+
+The held-out kernel(s) (``--held-out``, default swiglu_gemm) are never fitted on: when a sweep of
+one exists, it is scored with the calibration fitted on all the others. ``--write-calibration``
+rewrites ``kernaudit_pipeline/rank/calibration.json`` (fitted on every non-held-out kernel,
+stated error = the worst LOKO within-shape error). Prints a Markdown report (``--out`` to also
+write it to a file). Needs the CPU static audit (cached under the data folder).
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import statistics
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+DEFAULT_SWEEPS = [ROOT / "samples" / "h200" / "bench_h200.jsonl"]
+CALIBRATION_KERNELS = ["gemm", "fp8_gemm", "flash_attention", "paged_decode_attention"]
+
+
+def _fmt(x: float) -> str:
+    return "-" if not math.isfinite(x) else f"{x:.3f}"
+
+
+def _table(scores, title: str) -> list[str]:
+    lines = [f"| {title} | shape | configs measured | top-1 | best of top-5 | largest tile, most warps | max occupancy | exhaustive best | model's pick |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for s in scores:
+        lines.append(f"| {s.kernel_name} | {s.shape_name} | {s.measured} | {_fmt(s.top1)}× | {_fmt(s.top5)}× | "
+                     f"{_fmt(s.largest_tile)}× | {_fmt(s.max_occupancy)}× | `{s.best_config}` | `{s.picked_config}` |")
+    return lines
+
+
+def _rows_by_group(paths: list[Path]) -> dict[tuple[str, str, str], list[dict]]:
+    """The runner's ``run`` records (JSON lines) per (kernel, shape, file)."""
+    import json
+
+    groups: dict[tuple[str, str, str], list[dict]] = {}
+    for path in paths:
+        for line in path.read_text().splitlines():
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            if isinstance(row, dict) and row.get("record_type") == "run":
+                groups.setdefault((str(row.get("kernel_name")), str(row.get("shape_name")), path.name), []).append(row)
+    return groups
+
+
+def _search_replay(params, stated_error: float, samples, rows_by_group, title: str) -> list[str]:
+    """Replay ``kernaudit bench --search`` on each recorded sweep: the model's order over the
+    configs it keeps, measured from the recorded rows; GPU-seconds are the rows' own check +
+    timing seconds against the whole sweep's."""
+    from kernaudit_pipeline.rank.model import predict
+    from kernaudit_pipeline.rank.search import Candidate, SearchSettings, replay, search
+
+    lines = [f"| {title} | shape | configs ranked | measured | found / exhaustive best | GPU-s search / exhaustive | stop |",
+             "|---|---|---|---|---|---|---|"]
+    spent = total = 0.0
+    by_group: dict = {}
+    for s in samples:
+        by_group.setdefault(s.group, []).append(s)
+    for group, members in sorted(by_group.items()):
+        rows = rows_by_group.get(group, [])
+        timed = [r for r in rows if r.get("run_status") == "OK" and r.get("latency_us")]
+        if not timed:
+            continue
+        exhaustive_s = sum(float(r.get("check_s") or 0) + float(r.get("timing_s") or 0) for r in rows)
+        ranking = sorted((Candidate(m.features.config_id, predict(m.features, params).total_s * 1e6)
+                          for m in members if m.features.spill_bytes < 512), key=lambda c: c.predicted_us)
+        res = search(ranking, replay(rows), SearchSettings(stated_error=stated_error))
+        best = min(float(r["latency_us"]) for r in timed)
+        found = (res.best.latency_us or math.inf) / best if res.best else math.inf
+        spent += res.gpu_seconds
+        total += exhaustive_s
+        lines.append(f"| {group[0]} | {group[1]} | {len(ranking)} | {len(res.measured)} | {_fmt(found)}× | "
+                     f"{res.gpu_seconds:.2f} / {exhaustive_s:.2f} ({100 * res.gpu_seconds / max(exhaustive_s, 1e-9):.0f} %) | "
+                     f"{res.stop_reason.name.lower()} |")
+    lines += ["", f"All shapes: {spent:.2f} of {total:.2f} GPU-s ({100 * spent / max(total, 1e-9):.0f} %)."]
+    return lines
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sweeps", nargs="+", type=Path, default=DEFAULT_SWEEPS,
+                        help="runner JSONL files to calibrate and score on")
+    parser.add_argument("--kernels", nargs="+", default=CALIBRATION_KERNELS,
+                        help="kernels/ stems to calibrate on (leave-one-kernel-out over these)")
+    parser.add_argument("--held-out", nargs="*", default=["swiglu_gemm"],
+                        help="kernels never fitted on; scored when a sweep of them is given")
+    parser.add_argument("--write-calibration", action="store_true",
+                        help="rewrite kernaudit_pipeline/rank/calibration.json")
+    parser.add_argument("--out", type=Path, default=None, help="also write the report here")
+    parser.add_argument("--jobs", type=int, default=None, help="parallel compile workers")
+    args = parser.parse_args(argv)
+
+    from kernaudit_pipeline.rank import fit
+    from kernaudit_pipeline.rank.model import CALIBRATION_FILE
+    from kernaudit_pipeline.rank.ranking import space_features
+
+    measurements = fit.load_measurements(args.sweeps)
+    stems = list(dict.fromkeys([*args.kernels, *args.held_out]))
+    features, report = space_features(stems, max_workers=args.jobs)
+    for failure in report.failures:
+        print(f"rank_validate: {failure.module}: {failure.reason}", file=sys.stderr)
+    names = {d.stem: d.name for d in report.descriptions}
+    calib_names = [names[k] for k in args.kernels if k in names]
+    held_names = [names[k] for k in args.held_out if k in names]
+    samples = fit.samples_for(measurements, features)
+    train = [s for s in samples if s.features.kernel_name in calib_names]
+    held = [s for s in samples if s.features.kernel_name in held_names]
+    print(f"{len(measurements)} timed rows; {len(train)} scored on {len(calib_names)} calibration kernels, "
+          f"{len(held)} on held-out kernels", file=sys.stderr)
+
+    loko = fit.leave_one_kernel_out(train, measurements, calib_names)
+    calibration = fit.calibrate(train, calib_names, loko)
+    lines = ["### Leave-one-kernel-out (each kernel scored with a model fitted on the others)", ""]
+    all_scores = [s for r in loko for s in r.scores]
+    lines += _table(all_scores, "held-out kernel")
+    lines += ["", "| held-out kernel | within-shape error (90 % of configs) | worst top-1 | worst best-of-top-5 |",
+              "|---|---|---|---|"]
+    for r in loko:
+        lines.append(f"| {r.held_out} | ±{100 * r.error:.1f} % | {_fmt(max((s.top1 for s in r.scores), default=math.nan))}× | "
+                     f"{_fmt(max((s.top5 for s in r.scores), default=math.nan))}× |")
+    if all_scores:
+        lines += ["", f"Over all {len(all_scores)} held-out shapes: median top-1 {_fmt(statistics.median(s.top1 for s in all_scores))}×, "
+                      f"median best-of-top-5 {_fmt(statistics.median(s.top5 for s in all_scores))}×, "
+                      f"shapes meeting top-1 ≤ 1.10×: {sum(s.top1 <= 1.10 for s in all_scores)}/{len(all_scores)}, "
+                      f"best-of-top-5 ≤ 1.02×: {sum(s.top5 <= 1.02 for s in all_scores)}/{len(all_scores)}; "
+                      f"'largest tile, most warps' median {_fmt(statistics.median(s.largest_tile for s in all_scores))}×, "
+                      f"'max occupancy' median {_fmt(statistics.median(s.max_occupancy for s in all_scores))}×."]
+    rows_by_group = _rows_by_group(args.sweeps)
+    lines += ["", "### Search replayed on the recorded sweeps (each kernel ranked by its LOKO model)", ""]
+    for r in loko:
+        kernel_samples = [s for s in train if s.features.kernel_name == r.held_out]
+        lines += _search_replay(r.params, calibration.stated_error, kernel_samples, rows_by_group,
+                                r.held_out) + [""]
+    if held:
+        scores = fit.score(calibration.params, held, measurements)
+        lines += ["", f"### Held-out kernel(s) never fitted on: {', '.join(held_names)}", ""]
+        lines += _table(scores, "kernel")
+        lines += ["", f"Within-shape error on the held-out kernel(s): ±{100 * fit.within_shape_error(calibration.params, held):.1f} %.",
+                  "", "Search replayed on the held-out sweep:", ""]
+        lines += _search_replay(calibration.params, calibration.stated_error, held, rows_by_group, "kernel")
+    lines += ["", f"Shipped calibration: fitted on {', '.join(calib_names)}; stated error ±{100 * calibration.stated_error:.1f} % "
+                  "(the worst LOKO within-shape error).", "",
+              "Parameters: " + ", ".join(f"{k}={v:.4g}" for k, v in calibration.params.to_dict().items())]
+    text = "\n".join(lines) + "\n"
+    print(text)
+    if args.out:
+        args.out.write_text(text)
+    if args.write_calibration:
+        CALIBRATION_FILE.write_text(calibration.to_json())
+        print(f"wrote {CALIBRATION_FILE.relative_to(ROOT)}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

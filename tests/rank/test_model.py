@@ -1,0 +1,118 @@
+"""Features and the cost model on hand-built static rows: the physics each term stands for."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+import pytest
+
+from kernaudit_pipeline.core.configs import config_id
+from kernaudit_pipeline.core.hardware import lookup
+from kernaudit_pipeline.kernel_spec import Shape
+from kernaudit_pipeline.rank.features import Family, _grouped_dram_bytes, build
+from kernaudit_pipeline.rank.model import Calibration, Params, load_calibration, predict
+from kernaudit_pipeline.static_resources import ARCHS, CompileStatus
+from kernaudit_pipeline.static_resources.describe import KernelDescription, Pair
+from kernaudit_pipeline.static_resources.results import make_result
+
+H200 = lookup("NVIDIA H200")
+SHAPES = (Shape("m4096", {"M": 4096, "N": 14336, "K": 4096}),
+          Shape("m16", {"M": 16, "N": 14336, "K": 4096}))
+
+
+def _cfg(bm, bn, bk, warps, stages, group_m=8):
+    return {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "GROUP_M": group_m,
+            "num_warps": warps, "num_stages": stages}
+
+
+def _desc(configs, weights=2) -> KernelDescription:
+    """A GEMM-like kernel with ``weights`` K x N operands (2: a fused gate/up pair)."""
+    pairs = {(config_id(c), s.name): Pair(None, "", (math.ceil(s["M"] / c["BLOCK_M"]) * math.ceil(s["N"] / c["BLOCK_N"]),))
+             for c in configs for s in SHAPES}
+    return KernelDescription(
+        path="/k.py", name="k", dtype="bf16", baseline_name="b", source_hash="0" * 64,
+        configs=tuple(configs), shapes=SHAPES, module_config_ids=tuple(config_id(c) for c in configs),
+        module_shape_names=tuple(s.name for s in SHAPES),
+        flops={s.name: 2.0 * weights * s["M"] * s["N"] * s["K"] for s in SHAPES},
+        bytes_moved={s.name: 2.0 * (s["M"] * s["K"] + weights * s["K"] * s["N"] + s["M"] * s["N"]) for s in SHAPES},
+        pairs=pairs, bytes_terms={("K", "M"): 2.0, ("K", "N"): 2.0 * weights, ("M", "N"): 2.0})
+
+
+def _row(cfg, shape="m4096", regs=200, spill=0, serialized=False, waits=False, status=CompileStatus.OK):
+    smem = cfg["num_stages"] * (cfg["BLOCK_M"] + 2 * cfg["BLOCK_N"]) * cfg["BLOCK_K"] * 2
+    numbers = {"registers_per_thread": regs, "spill_stores_bytes": spill, "spill_loads_bytes": spill,
+               "stack_frame_bytes": spill, "shared_mem_static_bytes": 0, "shared_mem_dynamic_bytes": smem,
+               "shared_mem_bytes": smem, "threads_per_block": 32 * cfg["num_warps"],
+               "wgmma_serialized": int(serialized), "wgmma_waits_injected": int(waits)}
+    return make_result(kernel_name="k", config=cfg, shape_name=shape, arch=ARCHS["sm_90"], status=status,
+                       message="", numbers=numbers, triton_version="t", kernel_source_hash="0" * 64, cached=True)
+
+
+def _features(cfg, **kw):
+    return build(_desc([cfg]), _row(cfg, **kw), H200, H200.sm)
+
+
+def test_matmul_traffic_counts_both_weights_and_the_padding():
+    f = _features(_cfg(128, 128, 64, 8, 3))
+    assert f.family is Family.MATMUL and f.uses_wgmma
+    assert f.programs == 32 * 112 and f.programs_per_sm == math.ceil(3584 / 132)
+    # one x panel (128 x 4096 bf16) and two weight panels (2 x 4096 x 128 bf16)
+    assert f.load_bytes_per_program == 128 * 4096 * 2 + 128 * 4096 * 4
+    assert f.flops_per_program == 2 * 2 * 128 * 128 * 4096
+    small = _features(_cfg(64, 128, 64, 4, 3), shape="m16")
+    assert small.flops_per_program == 2 * 2 * 64 * 128 * 4096  # 48 padded rows computed anyway
+    assert small.memory_bound and not f.memory_bound
+    assert not _features(_cfg(32, 64, 64, 4, 3)).uses_wgmma  # < 64 rows: mma.sync
+
+
+def test_grouping_decides_how_often_the_weights_come_from_dram():
+    """GROUP_M=1 walks a whole row of N tiles per wave: the weight panels (117 MiB) cannot stay
+    in L2, so each of the 32 tile-rows re-reads them; GROUP_M=8 shares them over 8 rows."""
+    args = dict(M=4096, N=14336, K=4096, bm=128, bn=128, slots=132, a_elem=2.0, b_elem=4.0,
+                l2_reuse_bytes=30e6)
+    weights = 4096 * 14336 * 4
+    one = _grouped_dram_bytes(group_m=1, **args)
+    eight = _grouped_dram_bytes(group_m=8, **args)
+    assert one > 25 * weights and eight < 6 * weights and eight < one / 4
+    # a single tile-row (decode) reads the weights once, grouped or not
+    decode = dict(args, M=16)
+    assert _grouped_dram_bytes(group_m=1, **decode) == pytest.approx(weights + 16 * 4096 * 2)
+
+
+def test_each_penalty_slows_the_prediction():
+    params = Params()
+    base = _features(_cfg(128, 128, 64, 8, 3))
+    t = predict(base, params).total_s
+    assert predict(replace(base, spill_bytes=256), params).total_s > t
+    assert predict(replace(base, wgmma_serialized=True), params).total_s > t
+    assert predict(replace(base, wgmma_waits_injected=True), params).total_s > t
+    assert predict(replace(base, num_stages=2), params).total_s > t
+    # small spills cost little, 512 B a lot
+    small = predict(replace(base, spill_bytes=64), params).total_s
+    heavy = predict(replace(base, spill_bytes=512), params).total_s
+    assert small < 1.05 * t < 2 * t < heavy
+
+
+def test_the_bound_follows_the_shape():
+    params = Params()
+    assert predict(_features(_cfg(128, 256, 32, 8, 3), regs=220), params).bound == "compute"
+    assert predict(_features(_cfg(16, 64, 128, 4, 4), shape="m16", regs=96), params).bound == "dram"
+    # the small-tile prefill re-reads operands from L2 more than it computes
+    assert predict(_features(_cfg(32, 32, 64, 4, 3), regs=64), params).bound in ("l2", "dram")
+
+
+def test_launch_limits_drop_the_config():
+    assert _features(_cfg(128, 256, 64, 8, 5)) is None  # 5 x 160 KiB of shared memory
+    assert _features(_cfg(128, 128, 64, 8, 3), status=CompileStatus.COMPILE_ERROR) is None
+
+
+def test_the_shipped_calibration_loads_and_falls_back(tmp_path):
+    shipped = load_calibration()
+    assert isinstance(shipped, Calibration) and 0 < shipped.stated_error < 1
+    assert set(shipped.params.to_dict()) == set(Params().to_dict())
+    broken = tmp_path / "c.json"
+    broken.write_text("{not json")
+    assert load_calibration(broken).params == Params()
+    again = Calibration.from_json(shipped.to_json())
+    assert again == shipped

@@ -1,0 +1,179 @@
+"""The measuring plan (rank/search.py) on synthetic rankings and on replayed H200 sweeps."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from kernaudit_pipeline.rank.search import (
+    Candidate, Observation, SearchSettings, StopReason, observation_from_row, replay, search,
+    search_batched,
+)
+
+ROOT = Path(__file__).resolve().parents[2]
+SWEEP = ROOT / "samples" / "h200" / "bench_h200.jsonl"
+
+
+def _truth(values: dict[str, float], ci: float = 0.005, seconds: float = 1.0):
+    """measure() over known true values (lower is better), each with a ±ci relative CI."""
+    calls: list[str] = []
+
+    def measure(cid: str) -> Observation:
+        calls.append(cid)
+        v = values[cid]
+        if math.isinf(v):
+            return Observation.failed(cid, seconds, "FAILED_CORRECTNESS")
+        return Observation(cid, v, v * (1 - ci), v * (1 + ci), seconds)
+    return measure, calls
+
+
+def _space(n: int = 40, gap: float = 1.03) -> dict[str, float]:
+    return {f"c{i:02d}": 100.0 * gap ** i for i in range(n)}
+
+
+def test_a_right_model_stops_early_and_finds_the_best():
+    values = _space(gap=1.01)
+    ranking = [Candidate(cid, v * 7.0) for cid, v in values.items()]  # right order, other scale
+    measure, calls = _truth(values)
+    res = search(ranking, measure, SearchSettings(stated_error=0.1, initial=5, prior_weight=1e12,
+                                                  tie_margin=0.0))
+    assert res.stop_reason is StopReason.NO_PLAUSIBLE_WINNER
+    assert res.best.config_id == "c00"
+    # it stops once the next prediction, one stated error optimistic, cannot beat c00's CI:
+    # 1.01^k / 1.1 >= 1.005  ->  k >= 10.1, so c00..c10 are measured
+    assert calls == [f"c{i:02d}" for i in range(11)]
+    assert res.gpu_seconds == 11.0 and res.fraction_measured == pytest.approx(11 / 40)
+    assert res.next_optimistic >= res.best_ci_high
+
+
+def test_a_shape_where_the_model_is_right_trusts_it_sooner():
+    """The stated error is a prior: when this shape's measurements line up with the
+    predictions, the allowance shrinks toward what they show, and the search stops sooner."""
+    values = _space(gap=1.01)
+    ranking = [Candidate(cid, v * 7.0) for cid, v in values.items()]
+    counts = []
+    for weight in (1e12, 10.0, 0.0):
+        measure, calls = _truth(values)
+        res = search(ranking, measure, SearchSettings(stated_error=0.1, prior_weight=weight, tie_margin=0.0))
+        assert res.best.config_id == "c00"
+        counts.append(len(calls))
+    assert counts[0] > counts[1] > counts[2] == 5
+
+
+def test_a_wrong_model_measures_on_until_the_best_is_found():
+    values = _space()
+    ranking = [Candidate(cid, 1000.0 / v) for cid, v in values.items()]  # exactly reversed
+    measure, calls = _truth(values)
+    res = search(ranking, measure, SearchSettings(stated_error=0.05))
+    # the ratios measured/predicted spread widely, so the rule never believes the model
+    assert res.stop_reason is StopReason.EXHAUSTED and len(calls) == 40
+    assert res.best.config_id == "c00"
+
+
+def test_a_larger_stated_error_measures_more():
+    values = _space()
+    ranking = [Candidate(cid, v) for cid, v in values.items()]
+    counts = []
+    for err in (0.02, 0.1, 0.3):
+        measure, calls = _truth(values)
+        search(ranking, measure, SearchSettings(stated_error=err))
+        counts.append(len(calls))
+    assert counts == sorted(counts) and counts[0] < counts[-1]
+
+
+def test_budgets_cap_the_search():
+    values = _space()
+    ranking = [Candidate(cid, 1.0) for cid in values]  # a model that cannot tell them apart
+    measure, calls = _truth(values)
+    res = search(ranking, measure, SearchSettings(stated_error=0.05, max_fraction=0.25, tie_margin=0.0))
+    assert res.stop_reason is StopReason.BUDGET and len(calls) == 10
+    measure, calls = _truth(values, seconds=2.5)
+    res = search(ranking, measure, SearchSettings(stated_error=0.05, initial=1, max_gpu_seconds=10.0,
+                                                  tie_margin=0.0))
+    assert res.stop_reason is StopReason.BUDGET and res.gpu_seconds == 10.0
+
+
+def test_failures_cost_time_but_never_win():
+    values = {**_space(10), "c00": math.inf, "c01": math.inf}
+    ranking = [Candidate(cid, 100.0 * 1.03 ** i) for i, cid in enumerate(sorted(values))]
+    measure, calls = _truth(values)
+    res = search(ranking, measure, SearchSettings(stated_error=0.05, initial=3))
+    assert res.best.config_id == "c02"
+    assert [o.ok for o in res.measured[:2]] == [False, False] and res.gpu_seconds == len(calls)
+    measure, _ = _truth({"a": math.inf, "b": math.inf})
+    res = search([Candidate("a", 1.0), Candidate("b", 2.0)], measure, SearchSettings(stated_error=0.1))
+    assert res.stop_reason is StopReason.NOTHING_WORKS and res.best is None
+
+
+def test_ties_are_reported_not_broken():
+    values = {"a": 100.0, "b": 100.4, "c": 101.0, "d": 150.0, "e": 200.0}
+    ranking = [Candidate(k, v) for k, v in values.items()]
+    measure, _ = _truth(values, ci=0.004)
+    res = search(ranking, measure, SearchSettings(stated_error=0.05, initial=5))
+    assert res.best.config_id == "a" and res.tied == ["b"]  # c's CI starts above a's
+
+
+def test_bad_settings_are_refused():
+    for kwargs in ({"stated_error": -0.1}, {"stated_error": math.nan}, {"stated_error": 0.1, "initial": 0},
+                   {"stated_error": 0.1, "max_fraction": 0.0}):
+        with pytest.raises(ValueError):
+            SearchSettings(**kwargs)
+
+
+def test_rows_become_paired_observations():
+    row = {"config_id": "x", "run_status": "OK", "speedup": 1.25, "speedup_ci_low": 1.2,
+           "speedup_ci_high": 1.3, "latency_us": 80.0, "check_s": 0.5, "timing_s": 1.5}
+    o = observation_from_row(row)
+    assert o.value == pytest.approx(0.8) and o.ci_low == pytest.approx(1 / 1.3)
+    assert o.ci_high == pytest.approx(1 / 1.2) and o.gpu_seconds == 2.0 and o.speedup == 1.25
+    unpaired = observation_from_row({"config_id": "y", "run_status": "OK", "latency_us": 50.0,
+                                     "latency_ci_low_us": 49.0, "latency_ci_high_us": 51.0})
+    assert (unpaired.value, unpaired.ci_low, unpaired.ci_high) == (50.0, 49.0, 51.0)
+    failed = observation_from_row({"config_id": "z", "run_status": "PRUNED_SPILL"})
+    assert not failed.ok and failed.note == "PRUNED_SPILL"
+
+
+def _sweep_rows() -> dict[tuple[str, str], list[dict]]:
+    groups: dict[tuple[str, str], list[dict]] = {}
+    for line in SWEEP.read_text().splitlines():
+        row = json.loads(line)
+        if row.get("record_type") == "run":
+            groups.setdefault((row["kernel_name"], row["shape_name"]), []).append(row)
+    return groups
+
+
+def test_replaying_a_recorded_sweep_spends_its_recorded_seconds():
+    """With a ranking that only knows each config's recorded latency up to a 10 % error, the
+    replayed search finds the recorded best within 2 % on every committed shape, and the
+    GPU-seconds it spends are the rows' own recorded check + timing seconds."""
+    for (kernel, shape), rows in _sweep_rows().items():
+        timed = [r for r in rows if r["run_status"] == "OK"]
+        exhaustive_s = sum(r["check_s"] + r["timing_s"] for r in timed)
+        best = min(r["latency_us"] for r in timed)
+        # a deterministic "model": the truth distorted by up to ±10 %
+        ranking = sorted((Candidate(r["config_id"], r["latency_us"] * (1 + 0.1 * math.sin(7 * i)))
+                          for i, r in enumerate(timed)), key=lambda c: c.predicted_us)
+        res = search(ranking, replay(rows), SearchSettings(stated_error=0.2, initial=3))
+        assert res.best.latency_us <= 1.02 * best, (kernel, shape)
+        assert res.gpu_seconds <= exhaustive_s + 1e-9
+        assert res.gpu_seconds == pytest.approx(sum(o.gpu_seconds for o in res.measured))
+
+
+def test_batches_are_measured_together_and_still_stop_in_order():
+    values = _space(gap=1.01)
+    ranking = [Candidate(cid, v) for cid, v in values.items()]
+    measure, calls = _truth(values)
+    batches: list[list[str]] = []
+
+    def measure_batch(ids):
+        batches.append(list(ids))
+        return [measure(i) for i in ids]
+    res = search_batched(ranking, measure_batch, SearchSettings(stated_error=0.1, initial=5, batch=4,
+                                                                prior_weight=1e12, tie_margin=0.0))
+    assert [len(b) for b in batches] == [5, 4, 4]  # 13 >= the 11 a one-by-one search needs
+    assert calls == [f"c{i:02d}" for i in range(13)] and res.best.config_id == "c00"
+    with pytest.raises(ValueError, match="observations"):
+        search_batched(ranking, lambda ids: [], SearchSettings(stated_error=0.1))
