@@ -22,6 +22,7 @@ import multiprocessing.connection
 import os
 import sys
 import tempfile
+import threading
 import time
 from collections import deque
 from dataclasses import dataclass, field
@@ -56,10 +57,23 @@ def _error_text(exc: BaseException, handler: Any, output: str) -> str:
     return f"{type(exc).__name__}: {first}"[:500] if first else type(exc).__name__
 
 
+def _exit_with_parent(parent: int, period_s: float = 1.0) -> None:
+    """A worker stuck in kernel code (a hanging compile_args) must not outlive a parent that
+    was killed before it could kill the worker."""
+    def watch() -> None:
+        while True:
+            time.sleep(period_s)
+            if os.getppid() != parent:
+                os._exit(0)
+    threading.Thread(target=watch, name="parent-watch", daemon=True).start()
+
+
 def _worker_main(conn: multiprocessing.connection.Connection, handler_path: str,
-                 env: dict[str, str]) -> None:
+                 env: dict[str, str], parent: int | None = None) -> None:
     """Run tasks until told to stop. C-level output (MLIR diagnostics, Triton's PTX dump on a
     ptxas failure) goes to a private file so it never mixes with the parent's table or JSON."""
+    if parent is not None:
+        _exit_with_parent(parent)
     os.environ.update(env)
     sink = tempfile.TemporaryFile()
     os.dup2(sink.fileno(), 1)
@@ -103,7 +117,7 @@ def _worker_main(conn: multiprocessing.connection.Connection, handler_path: str,
 class _Worker:
     def __init__(self, ctx: Any, handler: str, env: dict[str, str], start_timeout_s: float) -> None:
         self.conn, child = ctx.Pipe()
-        self.proc = ctx.Process(target=_worker_main, args=(child, handler, env), daemon=True)
+        self.proc = ctx.Process(target=_worker_main, args=(child, handler, env, os.getpid()), daemon=True)
         self.proc.start()
         child.close()
         self.ready = False

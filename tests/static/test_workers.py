@@ -52,3 +52,54 @@ def test_bad_limits_are_refused():
         WorkerPool(HANDLER, max_workers=0, start_timeout_s=1)
     with pytest.raises(ValueError):
         WorkerPool(HANDLER, max_workers=1, start_timeout_s=0)
+
+
+def test_a_worker_ends_when_its_parent_is_killed(tmp_path):
+    """A worker stuck in a task (here: sleeping) exits by itself once its parent is gone."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    script = tmp_path / "parent.py"
+    pid_file = tmp_path / "worker.pid"
+    script.write_text(
+        "import os, sys\n"
+        "from kernaudit_pipeline.static_resources.workers import WorkerPool\n"
+        "if __name__ == '__main__':\n"
+        "    pool = WorkerPool('tests.static.pool_handler', max_workers=1, start_timeout_s=60)\n"
+        "    pool.run([{'key': 'a', 'action': 'echo'}], timeout_s=30)\n"
+        f"    open({str(pid_file)!r}, 'w').write(str(pool._workers[0].proc.pid))\n"
+        "    pool.run([{'key': 'b', 'action': 'sleep', 'seconds': 600}], timeout_s=600)\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([os.getcwd(), *sys.path])}
+    parent = subprocess.Popen([sys.executable, str(script)], env=env)
+    try:
+        for _ in range(600):
+            if pid_file.exists() and pid_file.read_text():
+                break
+            time.sleep(0.1)
+        worker = int(pid_file.read_text())
+        time.sleep(0.5)
+        parent.send_signal(signal.SIGKILL)
+        parent.wait(timeout=10)
+        for _ in range(100):
+            if not _alive(worker):
+                break
+            time.sleep(0.1)
+        else:
+            os.kill(worker, signal.SIGKILL)
+            raise AssertionError("the worker outlived its killed parent")
+    finally:
+        if parent.poll() is None:
+            parent.kill()
+
+
+def _alive(pid: int) -> bool:
+    """Running, and not a zombie waiting for a reaper."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            state = next((ln.split()[1] for ln in f if ln.startswith("State:")), "")
+    except OSError:
+        return False
+    return state not in ("Z", "X")
