@@ -197,7 +197,7 @@ def audit(settings_kwargs: dict | None = None, data_dir: str | None = None, *, q
 
 
 def checks_line(checks: tuple[CheckOutcome, ...]) -> str:
-    """``checks: 7 of 8 passed; failed: report_has_a_decision_per_group (WARN)``."""
+    """``checks: 7 of 8 passed; failed: decision_per_group (WARN)``."""
     failed = [c for c in checks if not c.passed]
     text = f"checks: {len(checks) - len(failed)} of {len(checks)} passed"
     if failed:

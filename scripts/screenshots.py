@@ -78,7 +78,7 @@ def dagster_shots(data_dir: Path, out: Path, logs: Path) -> list[Path]:
         shots.append(out / "dagster-audit-report-materialization.png")
         page.screenshot(path=shots[-1])
         page.goto(server.url + "/assets/audit_report?view=checks")
-        page.get_by_text("report_counts_add_up").first.wait_for(timeout=60_000)
+        page.get_by_text("counts_add_up").first.wait_for(timeout=60_000)
         page.wait_for_timeout(1500)
         shots.append(out / "dagster-report-checks.png")
         page.screenshot(path=shots[-1])

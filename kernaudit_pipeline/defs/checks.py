@@ -56,7 +56,7 @@ def _missing(settings: AuditSettings, run_id: str) -> AssetCheckResult:
 
 @asset_check(asset=AssetKey("audit_report"), description="Every (kernel, shape, device) group has exactly one "
              "decision in report.json, each saying whether its numbers are measured, modelled or predicted.")
-def report_has_a_decision_per_group(context: AssetCheckExecutionContext, settings: AuditSettings) -> AssetCheckResult:
+def decision_per_group(context: AssetCheckExecutionContext, settings: AuditSettings) -> AssetCheckResult:
     payload = _report_json(settings, context.run.run_id)
     if payload is None:
         return _missing(settings, context.run.run_id)
@@ -76,7 +76,7 @@ def report_has_a_decision_per_group(context: AssetCheckExecutionContext, setting
 
 @asset_check(asset=AssetKey("audit_report"), description="The header's counts add up: the verdicts sum to the "
              "judged candidate runs, and candidates + baseline rows + profiler evidence rows = kernel_runs rows.")
-def report_counts_add_up(context: AssetCheckExecutionContext, settings: AuditSettings) -> AssetCheckResult:
+def counts_add_up(context: AssetCheckExecutionContext, settings: AuditSettings) -> AssetCheckResult:
     payload = _report_json(settings, context.run.run_id)
     if payload is None:
         return _missing(settings, context.run.run_id)
@@ -91,7 +91,7 @@ def report_counts_add_up(context: AssetCheckExecutionContext, settings: AuditSet
 
 @asset_check(asset=AssetKey("audit_report"), description="report.html is self-contained (no script, style or "
              "image fetched from elsewhere) and every export it links to exists.")
-def report_is_self_contained(context: AssetCheckExecutionContext, settings: AuditSettings) -> AssetCheckResult:
+def self_contained(context: AssetCheckExecutionContext, settings: AuditSettings) -> AssetCheckResult:
     folder = settings.paths().reports / context.run.run_id
     try:
         html = (folder / "report.html").read_text()
@@ -106,4 +106,4 @@ def report_is_self_contained(context: AssetCheckExecutionContext, settings: Audi
         "missing_exports": MetadataValue.json(absent[:20]), "exports_linked": len(linked)})
 
 
-REPORT_CHECKS = [report_has_a_decision_per_group, report_counts_add_up, report_is_self_contained]
+REPORT_CHECKS = [decision_per_group, counts_add_up, self_contained]
