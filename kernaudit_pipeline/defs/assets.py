@@ -188,7 +188,7 @@ def audit_report(context: AssetExecutionContext, settings: AuditSettings, mlflow
                                     settings.noise_band).reference_run_id
     inputs = report_lib.ReportInputs(
         run_id=context.run.run_id, mode_note=raw_traces.mode_note, files=raw_traces.files, kernel_runs=kernel_runs,
-        quarantine=quarantine, diagnostics=spill_diagnostics, static=static_resources,
+        quarantine=quarantine, diagnostics=recommendations.annotate(spill_diagnostics), static=static_resources,
         recommendations=list(recommendations.recommendations), rules=raw_traces.rules,
         advisor_note=recommendations.note(), history=audit_history, history_reference=reference,
         decisions=tuple(recommendations.decisions),

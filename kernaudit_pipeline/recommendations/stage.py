@@ -96,6 +96,20 @@ class StageResult:
     def note(self) -> str:
         return self.advisor.note()
 
+    def annotate(self, frame: pd.DataFrame) -> pd.DataFrame:
+        """``frame`` (the diagnostics table the stage read) with each config's diagnosis columns:
+        the per-config findings live there, not in the review queue."""
+        extra = [c for c in self.diagnoses.columns if c.startswith("diagnosis")]
+        if frame.empty or self.diagnoses.empty:
+            return frame.assign(**{c: None for c in extra if c not in frame.columns})
+        keys = ["kernel_name", "shape_name", "device_name"]
+        if len(frame) == len(self.diagnoses) and all(
+                frame[k].astype(str).tolist() == self.diagnoses[k].astype(str).tolist() for k in keys):
+            return frame.assign(**{c: self.diagnoses[c].to_numpy() for c in extra})
+        table = self.diagnoses.drop_duplicates([*keys, "config_id"])
+        out = frame.merge(table, how="left", on=[*keys, "config_id"], suffixes=("", "_diag"))
+        return out[[*frame.columns, *extra]]
+
     def decision_for(self, key: GroupKey) -> Decision | None:
         return next((d for d in self.decisions if (d.kernel_name, d.shape_name, d.device_name) == key), None)
 

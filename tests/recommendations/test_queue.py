@@ -165,3 +165,15 @@ def test_the_held_out_check_script_passes_on_the_committed_sweep():
     assert len(report["groups"]) == 18 and report["failed"] == 0
     assert {g["decision"] for g in report["groups"]} == {"SHIP_CONFIG", "KEEP_BASELINE", "NO_DECISION"}
     assert all(g["off_fastest"] <= 1.02 for g in report["groups"])
+
+
+def test_per_config_diagnoses_annotate_the_diagnostics_table(committed):
+    frame, result = committed
+    annotated = result.annotate(frame)
+    assert len(annotated) == len(frame) and list(annotated.columns[:len(frame.columns)]) == list(frame.columns)
+    assert annotated["diagnosis"].notna().all()
+    spilling = annotated[annotated["status"] == "PRUNED_SPILL"]
+    assert spilling["diagnosis"].str.contains("relieve_register_pressure|invalid|remeasure").all()
+    # a reordered frame still finds its rows
+    shuffled = result.annotate(frame.iloc[::-1].reset_index(drop=True))
+    assert shuffled["diagnosis"].notna().all()
