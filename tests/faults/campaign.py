@@ -455,7 +455,7 @@ def cases() -> list[Case]:
         out.append(Case(f"assess / {name}", "assess", lambda d, b=build: ["assess", str(b(d))], None, ok))
     for name, build, ok in _special_paths():
         out.append(Case(f"ingest / {name}", "ingest", lambda d, b=build: _ingest(d, b(d)), None, ok))
-        out.append(Case(f"assess / {name}", "assess", lambda d, b=build: ["assess", str(b(d))], None, False))
+        out.append(Case(f"assess / {name}", "assess", lambda d, b=build: ["assess", str(b(d))], None, ok))
 
     def multi(d: Path) -> list[str]:
         good = _w(d / "good.jsonl", _jsonl([_runner_row(), _runner_row(config_id="x")]))

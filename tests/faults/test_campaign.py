@@ -11,7 +11,6 @@ from tests.faults.campaign import cases, run_campaign
 
 CASES = cases()
 KNOWN_FAILURES: frozenset[str] = frozenset({
-    'assess / name with newline',
     'ingest / 100000-deep array',
     'ingest / 10^400 integer block_m',
     'ingest / 10^400 integer latency',
