@@ -89,6 +89,46 @@ def _search_replay(params, stated_error: float, samples, rows_by_group, title: s
     return lines
 
 
+def _value(row: dict) -> float:
+    """Lower is better: the paired 1/speedup when the row has one, else the latency."""
+    sp = row.get("speedup")
+    return 1.0 / sp if isinstance(sp, (int, float)) and sp > 0 else float(row.get("latency_us") or math.inf)
+
+
+def _live_search(summary_path: Path, search_jsonl: Path, exhaustive: list[Path]) -> list[str]:
+    """``kernaudit bench --search`` on the GPU against the exhaustive sweep of the same space:
+    the pick's value in the exhaustive sweep over that sweep's best (one run, so one clock),
+    and the GPU-seconds (checks + timing loops of every row, references included) of each."""
+    import json
+
+    from kernaudit_pipeline.rank.search import row_gpu_seconds
+
+    summaries = json.loads(summary_path.read_text())
+    search_rows = [json.loads(line) for line in search_jsonl.read_text().splitlines() if line.strip()]
+    full = [json.loads(line) for p in exhaustive for line in p.read_text().splitlines() if line.strip()]
+    lines = ["| kernel | shape | measured / candidates | pick | pick in the exhaustive sweep / its best | "
+             "pick's own paired speedup | GPU-s search / exhaustive | stop |", "|---|---|---|---|---|---|---|---|"]
+    spent = total = 0.0
+    for s in summaries:
+        k, shape = s["kernel_name"], s["shape_name"]
+        ex = [r for r in full if r.get("kernel_name") == k and r.get("shape_name") == shape
+              and r.get("record_type") in ("run", "baseline")]
+        timed = {r["config_id"]: r for r in ex if r.get("record_type") == "run" and r.get("run_status") == "OK"}
+        mine = [r for r in search_rows if r.get("kernel_name") == k and r.get("shape_name") == shape
+                and r.get("record_type") in ("run", "baseline")]
+        ex_s = sum(row_gpu_seconds(r) for r in ex)
+        se_s = sum(row_gpu_seconds(r) for r in mine)
+        spent, total = spent + se_s, total + ex_s
+        best = min((_value(r) for r in timed.values()), default=math.inf)
+        pick = s.get("best_config_id")
+        ratio = _value(timed[pick]) / best if pick in timed else math.nan
+        lines.append(f"| {k} | {shape} | {s['measured']} / {s['candidates']} | `{pick}` | {_fmt(ratio)}× | "
+                     f"{_fmt(s.get('best_speedup') or math.nan)}× | {se_s:.1f} / {ex_s:.1f} "
+                     f"({100 * se_s / max(ex_s, 1e-9):.0f} %) | {s['stop_reason'].lower()} |")
+    lines += ["", f"All shapes: {spent:.1f} of {total:.1f} GPU-s ({100 * spent / max(total, 1e-9):.0f} %)."]
+    return lines
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sweeps", nargs="+", type=Path, default=DEFAULT_SWEEPS,
@@ -101,6 +141,11 @@ def main(argv: list[str] | None = None) -> int:
                         help="rewrite kernaudit_pipeline/rank/calibration.json")
     parser.add_argument("--out", type=Path, default=None, help="also write the report here")
     parser.add_argument("--jobs", type=int, default=None, help="parallel compile workers")
+    parser.add_argument("--search-summary", type=Path, default=None,
+                        help="the --search-summary JSON of a kernaudit bench --search run, to compare "
+                             "with the exhaustive sweep(s) of the held-out kernel in --sweeps")
+    parser.add_argument("--search-run", type=Path, default=None,
+                        help="the JSONL that kernaudit bench --search wrote (with --search-summary)")
     args = parser.parse_args(argv)
 
     from kernaudit_pipeline.rank import fit
@@ -151,6 +196,10 @@ def main(argv: list[str] | None = None) -> int:
         lines += ["", f"Within-shape error on the held-out kernel(s): ±{100 * fit.within_shape_error(calibration.params, held):.1f} %.",
                   "", "Search replayed on the held-out sweep:", ""]
         lines += _search_replay(calibration.params, calibration.stated_error, held, rows_by_group, "kernel")
+    if args.search_summary and args.search_run:
+        held_files = [p for p in args.sweeps if any(g[2] == p.name and g[0] in held_names for g in rows_by_group)]
+        lines += ["", "### kernaudit bench --search on the GPU against the exhaustive sweep", ""]
+        lines += _live_search(args.search_summary, args.search_run, held_files or args.sweeps)
     lines += ["", f"Shipped calibration: fitted on {', '.join(calib_names)}; stated error ±{100 * calibration.stated_error:.1f} % "
                   "(the worst LOKO within-shape error).", "",
               "Parameters: " + ", ".join(f"{k}={v:.4g}" for k, v in calibration.params.to_dict().items())]

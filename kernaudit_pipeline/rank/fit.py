@@ -39,10 +39,18 @@ class Measurement:
     config_id: str
     latency_us: float
     source: str  # the file the row came from: one run, one group per shape
+    speedup: float | None = None  # paired against the shape's primary reference, when measured so
 
     @property
     def group(self) -> tuple[str, str, str]:
         return (self.kernel_name, self.shape_name, self.source)
+
+    @property
+    def value(self) -> float:
+        """What configs of one group are compared by (lower is better): the paired
+        ``1 / speedup`` when the run paired its timings (steadier than either latency), else the
+        latency. Only ratios within a group are ever used."""
+        return 1.0 / self.speedup if self.speedup else self.latency_us
 
 
 def load_measurements(paths: list[Path]) -> list[Measurement]:
@@ -57,22 +65,24 @@ def load_measurements(paths: list[Path]) -> list[Measurement]:
             if (row.get("record_type") != "run" or row.get("run_status") != "OK"
                     or not isinstance(lat, (int, float)) or not math.isfinite(lat) or lat <= 0):
                 continue
+            sp = row.get("speedup")
+            paired = float(sp) if isinstance(sp, (int, float)) and math.isfinite(sp) and sp > 0 else None
             out.append(Measurement(str(row["kernel_name"]), str(row["shape_name"]),
-                                   str(row["config_id"]), float(lat), Path(path).name))
+                                   str(row["config_id"]), float(lat), Path(path).name, paired))
     return out
 
 
 @dataclass
 class Sample:
     features: Features
-    measured_us: float
+    measured_us: float  # Measurement.value: a latency, or a paired 1/speedup (ratios only)
     group: tuple[str, str, str]
 
 
 def samples_for(measurements: list[Measurement],
                 features: dict[tuple[str, str, str], Features]) -> list[Sample]:
     """Measurements the model can score: those whose config the static audit kept."""
-    return [Sample(features[(m.kernel_name, m.shape_name, m.config_id)], m.latency_us, m.group)
+    return [Sample(features[(m.kernel_name, m.shape_name, m.config_id)], m.value, m.group)
             for m in measurements if (m.kernel_name, m.shape_name, m.config_id) in features]
 
 
@@ -171,7 +181,7 @@ def score(params: Params, samples: list[Sample],
     so a wrong drop counts against the model."""
     best_any: dict[tuple, float] = {}
     for m in all_measured or []:
-        best_any[m.group] = min(best_any.get(m.group, math.inf), m.latency_us)
+        best_any[m.group] = min(best_any.get(m.group, math.inf), m.value)
     out = []
     for g, group in sorted(_groups(samples).items()):
         kept = [s for s in group if s.features.spill_bytes < HEAVY_SPILL_BYTES]

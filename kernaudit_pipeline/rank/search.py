@@ -213,11 +213,17 @@ def search(candidates: Sequence[Candidate], measure: Callable[[str], Observation
 # ------------------------------------------------------------------------------------------
 # Replaying a recorded sweep (CPU tests, and the GPU-seconds comparison on an exhaustive sweep)
 # ------------------------------------------------------------------------------------------
+def row_gpu_seconds(row: dict) -> float:
+    """GPU-busy seconds a runner row accounts for: its correctness check and timing loops.
+    The one measure of GPU time a search and the exhaustive sweep it saves are compared by."""
+    return sum(float(row.get(k) or 0.0) for k in ("check_s", "timing_s"))
+
+
 def observation_from_row(row: dict) -> Observation:
     """A runner ``run`` row (JSONL record) as an Observation: paired when the row carries a
     speedup CI, else its latency CI; a row that was not timed OK is a failure."""
     cid = str(row.get("config_id"))
-    seconds = sum(float(row.get(k) or 0.0) for k in ("check_s", "timing_s"))
+    seconds = row_gpu_seconds(row)
     if row.get("run_status") != "OK":
         return Observation.failed(cid, seconds, str(row.get("run_status")))
     s, lo, hi = row.get("speedup"), row.get("speedup_ci_low"), row.get("speedup_ci_high")
