@@ -47,6 +47,7 @@ class Params:
     e_wgmma: float = 0.80        # share of dense peak a well-fed wgmma tile reaches
     e_mma: float = 0.30          # the same for mma.sync tiles (BLOCK_M < 64 on sm_90)
     narrow_n: float = 0.15       # efficiency loss per 64/BLOCK_N (operand reuse across columns)
+    short_k: float = 0.05        # efficiency loss per 32/BLOCK_K (loop overhead per K step)
     two_stage: float = 0.15      # efficiency lost with num_stages <= 2
     l2_bytes_per_s: float = 10e12  # L2 -> SM bandwidth, whole chip
     e_dram: float = 0.80         # share of DRAM peak the loads can reach
@@ -73,7 +74,7 @@ FITTED: dict[str, tuple[float, float]] = {
     "e_wgmma": (0.3, 1.0), "e_mma": (0.05, 0.8), "narrow_n": (0.0, 1.0), "two_stage": (0.0, 0.6),
     "l2_bytes_per_s": (3e12, 30e12), "e_dram": (0.4, 1.0), "mem_latency_s": (0.2e-6, 6e-6),
     "round_overhead_s": (0.0, 10e-6), "launch_s": (0.0, 20e-6),
-    "serialized": (0.0, 0.8), "waits": (0.0, 0.6), "lone_block": (0.0, 1.0),
+    "serialized": (0.0, 0.8), "waits": (0.0, 0.6), "lone_block": (0.0, 1.0), "short_k": (0.0, 0.5),
 }
 
 
@@ -133,6 +134,8 @@ def predict(f: Features, params: Params) -> Breakdown:
     e = params.e_wgmma if f.uses_wgmma else params.e_mma
     if f.block_n:
         e /= 1.0 + params.narrow_n * 64.0 / min(f.block_n, 256)
+    if f.block_k:
+        e /= 1.0 + params.short_k * 32.0 / f.block_k
     if f.num_stages <= 2:
         e *= 1.0 - params.two_stage
     resident = min(f.blocks_per_sm, n)
