@@ -39,7 +39,7 @@ def build_assets(devices: list[gpu_devices.GpuDevice] | None = None,
     raw_traces = assets.build_raw_traces(gpu_devices.declared_devices() if devices is None else devices, step_tags)
     return [assets.kernel_sources, assets.static_resources, raw_traces, assets.kernel_runs,
             assets.comparisons, assets.spill_diagnostics, assets.recommendations, assets.audit_report,
-            audit_history.audit_history, ranking.predicted_ranking]
+            audit_history.audit_history, ranking.predicted_ranking, ranking.predicted_vs_measured]
 
 
 def build_definitions(settings: AuditSettings | None = None,

@@ -36,3 +36,22 @@ def predicted_ranking(context: AssetExecutionContext, settings: AuditSettings,
                                          "occupancy_limiter"]),
     })
     return frame
+
+
+@asset(group_name="analysis", description="The predicted ranking next to the measured rows of the same configs: "
+       "measured rank, the prediction on the measurement's scale, and a flag where the two disagree by more "
+       "than the model's stated error.")
+def predicted_vs_measured(context: AssetExecutionContext, predicted_ranking: pd.DataFrame,
+                          kernel_runs: pd.DataFrame) -> pd.DataFrame:
+    from kernaudit_pipeline.rank.frame import compare_with_measured
+
+    frame = compare_with_measured(predicted_ranking, kernel_runs)
+    flagged = frame[frame["disagrees"].astype(bool)] if len(frame) else frame
+    context.add_output_metadata({
+        "compared": len(frame),
+        "disagreements": len(flagged),
+        "flagged": table(flagged.sort_values("disagreement", key=abs, ascending=False) if len(flagged) else flagged,
+                         ["kernel_name", "shape_name", "config_id", "predicted_rank", "measured_rank",
+                          "disagreement", "stated_error"]),
+    })
+    return frame

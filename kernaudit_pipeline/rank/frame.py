@@ -65,16 +65,22 @@ def predict_frame(static_frame: pd.DataFrame, *, device_name: str = DEFAULT_DEVI
 
 def compare_with_measured(predicted: pd.DataFrame, runs: pd.DataFrame,
                           stated_error: float | None = None) -> pd.DataFrame:
-    """One row per predicted config that was also measured (``run_status`` OK, a latency):
+    """One row per predicted config that was also measured (``run_status`` OK, a latency, not
+    modelled):
     ``measured_us``, ``measured_rank``, ``predicted_on_measured_scale_us``, the relative
     ``disagreement`` and ``disagrees`` (beyond the stated error). Grouped by kernel, shape and,
     when the runs carry it, device."""
     columns = ["kernel_name", "shape_name", "config_id", "predicted_us", "predicted_rank",
                "measured_us", "measured_rank", "predicted_on_measured_scale_us", "disagreement",
                "disagrees", "stated_error", "data_kind"]
-    if predicted.empty or runs.empty:
+    if predicted.empty or runs.empty or "latency_us" not in runs or "config_id" not in runs:
         return pd.DataFrame(columns=columns)
-    measured = runs[(runs.get("run_status") == "OK") & runs["latency_us"].notna()]
+    keep = runs["latency_us"].notna()
+    if "run_status" in runs:
+        keep &= runs["run_status"] == "OK"
+    if "data_kind" in runs:  # modelled (synthetic) rows are no measurement
+        keep &= runs["data_kind"].fillna(DataKind.MEASURED.value) == DataKind.MEASURED.value
+    measured = runs[keep]
     keys = ["kernel_name", "shape_name", "config_id"]
     measured = measured.groupby(keys, as_index=False)["latency_us"].median()
     pred = predicted[predicted["predicted_us"].notna()]

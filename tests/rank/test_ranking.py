@@ -98,3 +98,31 @@ def test_disagreements_are_flagged_beyond_the_stated_error():
     assert cmp.loc["d", "measured_rank"] == 4 and cmp.loc["a", "measured_us"] == pytest.approx(20.1)
     assert cmp.loc["b", "predicted_on_measured_scale_us"] == pytest.approx(11.0 * 2.0, rel=0.01)
     assert set(cmp["data_kind"]) == {"predicted"}
+
+
+def test_modelled_rows_are_no_measurement_and_missing_columns_are_no_error():
+    pred = pd.DataFrame({"kernel_name": "k", "shape_name": "s", "config_id": ["a", "b"],
+                         "predicted_us": [10.0, 11.0], "predicted_rank": [1, 2], "stated_error": 0.1})
+    runs = pd.DataFrame({"kernel_name": "k", "shape_name": "s", "config_id": ["a", "b"],
+                         "latency_us": [20.0, 22.0], "run_status": "OK", "data_kind": ["measured", "modelled"]})
+    assert list(compare_with_measured(pred, runs)["config_id"]) == ["a"]
+    assert compare_with_measured(pred, runs.drop(columns=["latency_us"])).empty
+    assert len(compare_with_measured(pred, runs.drop(columns=["run_status", "data_kind"]))) == 2
+
+
+def test_the_assets_rank_and_compare(report, data_dir):
+    from dagster import build_asset_context
+
+    from kernaudit_pipeline.defs.ranking import predicted_ranking, predicted_vs_measured
+    from kernaudit_pipeline.defs.resources import AuditSettings
+
+    static = pd.DataFrame({"kernel_name": [str(FIXTURE)] * 3, "config_id": [CLEAN, SPILL, SMALL]})
+    settings = AuditSettings(data_dir=str(data_dir))
+    predicted = predicted_ranking(build_asset_context(), settings, static)
+    assert set(predicted["data_kind"]) == {"predicted"} and predicted["predicted_us"].notna().sum() == 6
+    runs = pd.DataFrame({"kernel_name": "tiny_matmul_fp16", "shape_name": "sq2048",
+                         "config_id": [CLEAN, SMALL], "latency_us": [100.0, 900.0], "run_status": "OK",
+                         "data_kind": "measured"})
+    both = predicted_vs_measured(build_asset_context(), predicted, runs)
+    assert list(both["config_id"]) == [CLEAN, SMALL] and list(both["measured_rank"]) == [1, 2]
+    assert predicted_ranking(build_asset_context(), AuditSettings(static_enabled=False), static).empty
