@@ -23,7 +23,7 @@ from kernaudit_pipeline.static_resources.tasks import HANDLER
 from kernaudit_pipeline.static_resources.cache import (
     CachedOutcome, cache_key, jsonable_spec, read_entry, write_entry,
 )
-from kernaudit_pipeline.static_resources.describe import KernelDescription
+from kernaudit_pipeline.static_resources.describe import KernelDescription, pick
 from kernaudit_pipeline.static_resources.results import (
     ARCHS, CompileStatus, StaticResult, make_result,
 )
@@ -204,19 +204,6 @@ def _worker_env(use_cache: bool) -> dict[str, str]:
     return env
 
 
-def _select(items: list, wanted: list | None, ident: Any, what: str) -> list:
-    if wanted is None:
-        return list(items)
-    by_id = {ident(x): x for x in items}
-    out = []
-    for w in wanted:
-        key = w if isinstance(w, str) else ident(w)
-        if key not in by_id:
-            raise KeyError(f"unknown {what} {key!r} (known: {', '.join(by_id)})")
-        out.append(by_id[key])
-    return out
-
-
 def sweep_report(plan: list[PlanItem], *, arch: str = "sm_90", timeout_s: float = DEFAULT_TIMEOUT_S,
                  max_workers: int | None = None, cache_dir: str | Path | None = None,
                  use_cache: bool = True, progress: bool = True,
@@ -258,8 +245,10 @@ def sweep_report(plan: list[PlanItem], *, arch: str = "sm_90", timeout_s: float 
         for item, desc in zip(plan, described):
             if isinstance(desc, KernelFailure):
                 continue
-            cfgs = _select(list(desc.configs), item.configs, config_id, f"config for {desc.name}")
-            shapes = _select(list(desc.shapes), item.shapes, lambda s: s.name, f"shape for {desc.name}")
+            cfgs = pick(list(desc.configs), item.configs, config_id, f"config for {desc.name}",
+                        objects_must_exist=True)
+            shapes = pick(list(desc.shapes), item.shapes, lambda s: s.name, f"shape for {desc.name}",
+                          objects_must_exist=True)
             if item.shapes is None and not item.all_shapes:
                 shapes = shapes[:1]
             for cfg in cfgs:

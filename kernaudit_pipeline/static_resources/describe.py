@@ -63,16 +63,20 @@ def _one_line(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {first}"[:500] if first else type(exc).__name__
 
 
-def _pick(items: list, wanted: list | None, ident: Any, what: str) -> list:
+def pick(items: list, wanted: list | None, ident: Any, what: str, *, objects_must_exist: bool = False) -> list:
+    """``wanted`` (None: all of ``items``) resolved against ``items`` by ``ident``: an id string
+    must name one of them; an object is taken as it is, or, with ``objects_must_exist``, must
+    match one of them by its id."""
     if wanted is None:
         return list(items)
     by_id = {ident(x): x for x in items}
     out = []
     for w in wanted:
-        if isinstance(w, str):
-            if w not in by_id:
-                raise KeyError(f"unknown {what} {w!r} (known: {', '.join(by_id)})")
-            out.append(by_id[w])
+        key = w if isinstance(w, str) else ident(w)
+        if isinstance(w, str) or objects_must_exist:
+            if key not in by_id:
+                raise KeyError(f"unknown {what} {key!r} (known: {', '.join(by_id)})")
+            out.append(by_id[key])
         else:
             out.append(w)
     return out
@@ -145,8 +149,8 @@ def describe_module(mod: ModuleType, configs: list | None = None,
                     shapes: list | None = None) -> KernelDescription:
     """Everything the parent needs from ``mod``; runs the module's own code."""
     check_contract(mod)
-    cfgs = [dict(c) for c in _pick(list(mod.CONFIGS), configs, config_id, f"config for {mod.NAME}")]
-    shps = _pick(list(mod.SHAPES), shapes, lambda s: s.name, f"shape for {mod.NAME}")
+    cfgs = [dict(c) for c in pick(list(mod.CONFIGS), configs, config_id, f"config for {mod.NAME}")]
+    shps = pick(list(mod.SHAPES), shapes, lambda s: s.name, f"shape for {mod.NAME}")
     pairs: dict[tuple[str, str], Pair] = {}
     grid_fn = getattr(mod, "grid", None)
     for cfg in cfgs:
