@@ -44,28 +44,38 @@ def _group_label(kernel: object, shape: object) -> str:
 # --- decisions: the decided config's speedup, and candidate vs baseline latency ----------------
 
 def decided_speedups_figure(best: pd.DataFrame) -> go.Figure:
-    """The decided (or fastest correct) config's paired speedup per kernel and shape, with its CI."""
+    """The decided (or fastest correct) config's paired speedup per kernel and shape, with its CI.
+
+    Horizontal bars, fastest at the top, so the long (kernel, shape) labels read on one line.
+    """
     fig = go.Figure()
     colour_by = "decision" if "decision" in best else "status"
     palette = DECISION_COLORS if colour_by == "decision" else STATUS_COLORS
+    ordered = best.assign(_s=col(best, "speedup")).sort_values("_s", na_position="first")
+    labels = [f"{esc(k)} · {esc(s)}" for k, s in zip(ordered["kernel_name"], ordered["shape_name"])]
     shown: set[str] = set()
-    for (kernel, verdict), group in best.groupby(["kernel_name", colour_by], sort=True, dropna=False):
+    for (kernel, verdict), group in ordered.groupby(["kernel_name", colour_by], sort=False, dropna=False):
         sp = col(group, "speedup")
         has_ci = col(group, "speedup_ci_low").notna()
         fig.add_trace(go.Bar(
-            name=esc(verdict), legendgroup=esc(verdict), showlegend=str(verdict) not in shown,
-            x=[_group_label(k, s) for k, s in zip(group["kernel_name"], group["shape_name"])], y=sp,
+            name=esc(verdict), legendgroup=esc(verdict), showlegend=str(verdict) not in shown, orientation="h",
+            y=[f"{esc(k)} · {esc(s)}" for k, s in zip(group["kernel_name"], group["shape_name"])], x=sp,
             marker_color=palette.get(str(verdict), "#57606a"), meta={"kernel": str(kernel)},
-            error_y=dict(type="data", symmetric=False, array=(col(group, "speedup_ci_high") - sp).fillna(0).clip(lower=0),
+            error_x=dict(type="data", symmetric=False, array=(col(group, "speedup_ci_high") - sp).fillna(0).clip(lower=0),
                          arrayminus=(sp - col(group, "speedup_ci_low")).fillna(0).clip(lower=0)),
             text=[f"{esc(c)}<br>{'95 % CI' if ci else 'no CI recorded'}" for c, ci in zip(group["config_id"], has_ci)],
-            textposition="none", hovertemplate="%{x}<br>%{text}<br>speedup %{y:.3f}×<extra>%{fullData.name}</extra>"))
+            textposition="none", hovertemplate="%{y}<br>%{text}<br>speedup %{x:.3f}×<extra>%{fullData.name}</extra>"))
         shown.add(str(verdict))
-    fig.add_hline(y=1.0, line=dict(dash="dash", color="#57606a"), annotation_text="baseline = 1")
+    fig.add_vline(x=1.0, line=dict(dash="dash", color="#57606a"), annotation_text="baseline = 1")
     fig.update_layout(title="Speedup of the decided config per kernel and shape (whiskers: paired 95 % CI, "
-                            "where recorded)", yaxis_title="speedup (baseline µs / candidate µs)",
-                      barmode="relative", xaxis=dict(type="category"))
+                            "where recorded)", xaxis_title="speedup (baseline µs / candidate µs)",
+                      barmode="relative", yaxis=dict(type="category", categoryorder="array", categoryarray=labels,
+                                                     automargin=True))
     return fig
+
+
+def decided_speedups_height(best: pd.DataFrame) -> int:
+    return 160 + 22 * len(best)
 
 
 def candidate_vs_baseline_figure(best: pd.DataFrame) -> go.Figure:
@@ -261,7 +271,8 @@ def build_charts(inputs: ReportInputs, best: pd.DataFrame) -> list[ChartSection]
     charts: list[ChartSection] = []
     if len(best) and col(best, "speedup").notna().any():
         charts.append(ChartSection("chart-decided-speedups", "Decided speedups", "compare",
-                                   figure_spec(decided_speedups_figure(best), 440), filters=("kernel",)))
+                                   figure_spec(decided_speedups_figure(best), decided_speedups_height(best)),
+                                   filters=("kernel",)))
     if len(best):
         charts.append(ChartSection("chart-candidate-vs-baseline", "Candidate vs baseline", "compare",
                                    figure_spec(candidate_vs_baseline_figure(best), 440), filters=("kernel",)))
