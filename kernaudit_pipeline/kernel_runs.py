@@ -70,6 +70,18 @@ class KernelRuns(pa.DataFrameModel):
     baseline_us: Series[float] = pa.Field(nullable=True, gt=0)
     baseline_ci_low_us: Series[float] = pa.Field(nullable=True, gt=0)
     baseline_ci_high_us: Series[float] = pa.Field(nullable=True, gt=0)
+    # paired timing (runner): candidate and primary reference alternated in the same window
+    speedup: Series[float] = pa.Field(nullable=True, gt=0)
+    speedup_ci_low: Series[float] = pa.Field(nullable=True, gt=0)
+    speedup_ci_high: Series[float] = pa.Field(nullable=True, gt=0)
+    timing_pairs: Series[pd.Int64Dtype] = pa.Field(nullable=True, ge=0)
+    timing_blocks: Series[pd.Int64Dtype] = pa.Field(nullable=True, ge=0)
+    timing_mode: Series[str] = pa.Field(nullable=True, isin=["events", "cuda_graph"])
+    clock_discarded_samples: Series[pd.Int64Dtype] = pa.Field(nullable=True, ge=0)
+    sm_clock_min_mhz: Series[float] = pa.Field(nullable=True, gt=0)
+    sm_clock_max_mhz: Series[float] = pa.Field(nullable=True, gt=0)
+    baseline_backend: Series[str] = pa.Field(nullable=True)
+    reference_speedups: Series[str] = pa.Field(nullable=True)  # JSON list of BaselineResult dicts
     correct: Series[pd.BooleanDtype] = pa.Field(nullable=True)
     max_rel_error: Series[float] = pa.Field(nullable=True, ge=0)
     run_status: Series[str] = pa.Field(nullable=True)
@@ -115,6 +127,12 @@ class KernelRuns(pa.DataFrameModel):
         lo, hi, med = df["latency_ci_low_us"], df["latency_ci_high_us"], df["latency_us"]
         ok = (lo.isna() | hi.isna() | med.isna()) | ((lo <= med * 1.0001) & (med <= hi * 1.0001))
         return ok
+
+    @pa.dataframe_check
+    def speedup_ci_brackets_speedup(cls, df: pd.DataFrame) -> Series[bool]:
+        """A paired speedup outside its own CI is corrupt."""
+        lo, hi, sp = df["speedup_ci_low"], df["speedup_ci_high"], df["speedup"]
+        return (lo.isna() | hi.isna() | sp.isna()) | ((lo <= sp * 1.0001) & (sp <= hi * 1.0001))
 
     @pa.dataframe_check
     def spill_loads_need_stores(cls, df: pd.DataFrame) -> Series[bool]:

@@ -29,6 +29,11 @@ A kernel module (``kernels/<name>.py``) defines, at module level:
     (the runner poisons it first to catch unwritten elements).
 ``baseline(inputs: dict) -> torch.Tensor``
     The PyTorch baseline being compared against (same dtype as the kernel).
+``REFERENCES: list[Reference]`` (optional)
+    Every implementation the kernel is timed against, primary first (``key=None``): each
+    with its name, the library expected to run, its own tolerance and, where it needs other
+    operands (bf16 copies of fp8 weights, a FlashInfer plan), a ``prepare`` step that runs
+    outside the timed region. Without it, ``baseline`` is the only (primary) reference.
 ``reference(inputs: dict) -> torch.Tensor``
     The answer in higher precision (fp32 or fp64) for correctness checks.
 ``flops(shape: Shape) -> int`` and ``bytes_moved(shape: Shape) -> int``
@@ -49,6 +54,7 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
@@ -97,6 +103,26 @@ class Tolerance:
     max_rel_l2: float
     atol: float = 0.0
     rtol: float = 0.0
+
+
+@dataclass(frozen=True)
+class Reference:
+    """One implementation a kernel is timed against, paired, at every shape.
+
+    ``fn`` takes what ``prepare`` returned (the module's inputs when there is no ``prepare``)
+    and returns the output, which is checked against the module's fp32 ``reference`` with
+    ``tolerance``. ``backend`` is the library expected to run; the runner checks it in a
+    profiler trace and records the kernel names it saw. ``unavailable`` returns why the
+    reference cannot run on this host (a missing package), or None.
+    """
+
+    key: str | None  # None: the primary reference; else a short id such as "cudnn"
+    name: str
+    backend: str | None
+    fn: Callable[[dict], object]
+    tolerance: Tolerance
+    prepare: Callable[[dict], dict] | None = None
+    unavailable: Callable[[], str | None] | None = None
 
 
 @dataclass(frozen=True)

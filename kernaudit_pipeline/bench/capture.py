@@ -105,6 +105,11 @@ def _read_jsonl(path: Path) -> list[dict]:
     return rows
 
 
+def _local_bytes(row: dict) -> int:
+    """Local memory per thread: ``stack_frame_bytes`` (older runner files: the spill columns)."""
+    return int(row.get("stack_frame_bytes") or row.get("spill_stores_bytes") or 0)
+
+
 def plan_targets(rows: list[dict], kernels_dir: Path = KERNELS_DIR,
                  shape_overrides: dict[str, str] | None = None) -> list[dict]:
     shape_overrides = shape_overrides or {}
@@ -124,11 +129,10 @@ def plan_targets(rows: list[dict], kernels_dir: Path = KERNELS_DIR,
             if timed:
                 chosen.append((min(timed, key=lambda r: r["latency_us"])["config_id"],
                                "fastest_incorrect"))
-        spilling = [r for r in mine if (r.get("spill_stores_bytes") or 0) > 0
+        spilling = [r for r in mine if _local_bytes(r) > 0
                     and r.get("run_status") in ("OK", "PRUNED_SPILL", "FAILED_CORRECTNESS")]
         if spilling:
-            chosen.append((max(spilling, key=lambda r: r["spill_stores_bytes"])["config_id"],
-                           "most_spilling"))
+            chosen.append((max(spilling, key=_local_bytes)["config_id"], "most_spilling"))
         if path.stem == GEMM_MODULE:
             chosen += [(config_id(GEMM_CLEAN), "anchors_clean"), (config_id(GEMM_SPILL), "anchors_spill")]
         if not chosen and not rows:
@@ -246,7 +250,7 @@ def _ptxas_binary() -> str | None:
 def mode_ptxas(targets: list[dict], out_dir: Path) -> int:
     import torch  # noqa: F401
 
-    from kernaudit_pipeline.bench.runner import compile_static
+    from kernaudit_pipeline.bench.compile import compile_static
 
     out_dir.mkdir(parents=True, exist_ok=True)
     ptxas = _ptxas_binary()

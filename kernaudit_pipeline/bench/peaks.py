@@ -3,7 +3,8 @@
 Datasheet rates are leads (METHOD.md); the roofline and "% of peak" use these instead:
 a device-to-device copy (bytes read + written), cuBLAS bf16 ``a @ b`` at 8192^3 on random
 data, and ``torch._scaled_mm`` in fp8 e4m3 at 8192^3. Each is timed with the runner's method
-(L2 flush, CUDA events, the same stopping rule). torch only; runs in a worker process.
+(L2 flush, CUDA events, the same stopping rule, the clock guard). torch only; runs in a
+worker process.
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 
 from kernaudit_pipeline.bench import stats
+from kernaudit_pipeline.bench.correctness import first_line
+from kernaudit_pipeline.bench.timing import time_single
 
 COPY_BYTES = 2 * 1024**3  # 2 GiB, well past the 60 MB L2 (ANCHORS: 4.24 TB/s)
 MATMUL_N = 8192
@@ -68,12 +71,9 @@ def _record(name: str, what: str, dev, timing, flops: float | None, nbytes: floa
         run_message=message, timing_s=timing.timing_s, **dev_fields)
 
 
-def measure_peaks(dev, rule: stats.StopRule, mark: Callable[[str], None]) -> Iterator[PeakRecord]:
+def measure_peaks(dev, backend, rule: stats.StopRule, mark: Callable[[str], None]) -> Iterator[PeakRecord]:
     import torch
 
-    from kernaudit_pipeline.bench.runner import L2_FLUSH_BYTES, _first_line, time_gpu
-
-    flush = torch.empty(L2_FLUSH_BYTES // 4, dtype=torch.int32, device="cuda")
     gen = torch.Generator(device="cuda").manual_seed(1234)
 
     def attempt(name: str, what: str, setup: Callable[[], Callable[[], object]],
@@ -82,11 +82,11 @@ def measure_peaks(dev, rule: stats.StopRule, mark: Callable[[str], None]) -> Ite
         t0 = time.perf_counter()
         try:
             fn = setup()
-            timing = time_gpu(fn, flush, rule)
+            timing = time_single(fn, backend, rule)
             return _record(name, what, dev, timing, flops, nbytes)
         except Exception as exc:  # e.g. no fp8 on this device: recorded, not fatal
             return _record(name, what, dev, None, flops, nbytes, status="ERROR",
-                           message=f"{_first_line(exc)} after {time.perf_counter() - t0:.1f} s")
+                           message=f"{first_line(exc)} after {time.perf_counter() - t0:.1f} s")
         finally:
             torch.cuda.empty_cache()
 

@@ -1,11 +1,75 @@
-"""``kernaudit bench``: still parsed by ``kernaudit_pipeline.bench.runner.cli`` (to be moved into this module)."""
+"""``kernaudit bench``: the GPU runner (also ``python -m kernaudit_pipeline.bench.runner``).
+
+Times every config of each kernel in pairs against its primary reference (alternating, random
+order, L2 flushed before each sample), checks correctness first, and writes JSONL rows with the
+paired speedup and its 95 % CI. Nothing heavy is imported until ``run``.
+"""
 
 from __future__ import annotations
 
-import importlib
+import argparse
+import sys
 
-LEGACY = True
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from kernaudit_pipeline.kernel_spec import KERNELS_DIR
+
+    p = parser
+    p.add_argument("kernels", nargs="*", metavar="KERNEL",
+                   help="kernel module stems or NAMEs (default: every module in kernels/)")
+    p.add_argument("--shapes", nargs="+", metavar="NAME", help="only these shape names")
+    p.add_argument("--configs", nargs="+", metavar="ID", help="only these config ids")
+    p.add_argument("--max-configs", type=int, help="only the first N configs of each kernel")
+    p.add_argument("--out", default="bench_runs.jsonl", help="JSONL file to write (replaced)")
+    p.add_argument("--no-prune", action="store_true", help="also time configs that spill")
+    p.add_argument("--spill-threshold-bytes", type=int, default=0,
+                   help="prune configs whose local memory per thread exceeds this (default 0)")
+    p.add_argument("--rsd-target", type=float, default=0.01,
+                   help="unpaired timing (references, peaks): stop when the RSD reaches this fraction")
+    p.add_argument("--min-samples", type=int, default=10, help="unpaired timing: at least this many samples")
+    p.add_argument("--max-seconds-per-config", type=float, default=1.0,
+                   help="time cap for one unpaired timing; paired timing stops at twice this")
+    p.add_argument("--min-blocks", type=int, default=6,
+                   help="paired timing: at least this many blocks of pairs per config (default 6)")
+    p.add_argument("--min-time-s", type=float, default=0.1,
+                   help="paired timing: at least this much timed GPU time per config (default 0.1 s)")
+    p.add_argument("--speedup-rsd-target", type=float, default=0.004,
+                   help="paired timing: stop when the standard error of the block speedups "
+                        "reaches this fraction (default 0.004)")
+    p.add_argument("--between-run-rsd", type=float, default=0.006,
+                   help="between-run component that widens each speedup CI (calibrated from the "
+                        "committed repeats; default 0.006)")
+    p.add_argument("--clock-fraction", type=float, default=0.75,
+                   help="discard blocks timed while the SM clock was below this fraction of its "
+                        "maximum, as nvbench does (default 0.75)")
+    p.add_argument("--cuda-graph", action="store_true",
+                   help="time kernels under --cuda-graph-below-us as replays of a CUDA graph")
+    p.add_argument("--cuda-graph-below-us", type=float, default=20.0,
+                   help="the latency under which --cuda-graph applies (default 20 us)")
+    p.add_argument("--references-top-k", type=int, default=2,
+                   help="time the other references against this many best configs per shape")
+    p.add_argument("--no-backend-probe", action="store_true",
+                   help="do not profile each reference to name the library that ran")
+    p.add_argument("--timeout-s", type=float, default=180.0,
+                   help="kill a worker whose current step (import, compile, check, timing) exceeds this")
+    p.add_argument("--deadline-s", type=float, default=None,
+                   help="stop the whole sweep after this many seconds (the rest: NOT_RUN)")
+    p.add_argument("--jobs", type=int, default=None,
+                   help="parallel precompile processes (default: CPU count - 2, max 12)")
+    p.add_argument("--precompile-s", type=float, default=150.0,
+                   help="budget for the parallel precompile in seconds (default 150)")
+    p.add_argument("--no-peaks", action="store_true", help="skip the peak ceilings")
+    p.add_argument("--quick", action="store_true",
+                   help="first shape of each kernel, fewer samples and blocks, shorter caps")
+    p.add_argument("--kernels-dir", default=str(KERNELS_DIR),
+                   help="folder of kernel modules (default: the project's kernels/)")
 
 
-def run_legacy(argv: list[str]) -> int:
-    return int(importlib.import_module("kernaudit_pipeline.bench.runner").cli(argv) or 0)
+def run(args: argparse.Namespace) -> int:
+    from kernaudit_pipeline.bench.runner import BenchError, run_bench
+    from kernaudit_pipeline.cli.errors import UserError
+
+    try:
+        return run_bench(args, list(sys.argv[1:]))
+    except BenchError as exc:
+        raise UserError(str(exc)) from None

@@ -1,5 +1,5 @@
-"""The runner's CPU-side pieces: JSONL rows built from real kernel modules validate against
-``kernel_runs``, failures become rows, and the CLI refuses cleanly without a GPU."""
+"""The runner's CPU-side pieces: JSONL rows built from the real kernel modules' plans validate
+against ``kernel_runs``, old runner files still ingest, and the CLI refuses cleanly."""
 
 from __future__ import annotations
 
@@ -13,78 +13,96 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from kernaudit_pipeline.bench import runner, stats
+from kernaudit_pipeline.bench import paired, stats
+from kernaudit_pipeline.bench.plan import KernelPlan, plan_module
+from kernaudit_pipeline.bench.records import (
+    STACK_FRAME_SOURCE, CheckResult, ClockStats, DeviceInfo, PairedTiming, RecordParts, RecordType,
+    RunRecord, StaticInfo, Timing, build_record, read_jsonl, to_json_line,
+)
+from kernaudit_pipeline.bench.summary import best
+from kernaudit_pipeline.bench.supervisor import classify_exit
+from kernaudit_pipeline.core.verdicts import RunStatus, TimingMode
+from kernaudit_pipeline.ingest import ingest_paths, validate
 from kernaudit_pipeline.kernel_runs import COLUMNS, normalize
 from kernaudit_pipeline.kernel_spec import kernel_files, load_kernel_module
 
 REPO = Path(__file__).resolve().parents[2]
+SAMPLE = REPO / "samples" / "h200" / "bench_h200.jsonl"
 
-# The columns the issue asks the runner to write.
+# The columns the runner writes for kernel_runs, paired timing included.
 REQUIRED = (
     "kernel_name config_id block_m block_n block_k group_m num_warps num_stages shape_name "
     "phase m n k batch num_heads num_kv_heads seq_len head_dim causal dtype "
-    "registers_per_thread spill_stores_bytes spill_loads_bytes shared_mem_bytes "
-    "threads_per_block grid_size latency_us latency_p10_us latency_p90_us latency_ci_low_us "
-    "latency_ci_high_us latency_samples baseline_name baseline_us baseline_ci_low_us "
-    "baseline_ci_high_us correct max_rel_error run_status run_message flops bytes_moved "
-    "device_name compute_capability sm_clock_mhz triton_version torch_version "
-    "kernel_source_hash"
+    "registers_per_thread stack_frame_bytes shared_mem_bytes threads_per_block grid_size "
+    "latency_us latency_p10_us latency_p90_us latency_ci_low_us latency_ci_high_us "
+    "latency_samples baseline_name baseline_us baseline_ci_low_us baseline_ci_high_us speedup "
+    "speedup_ci_low speedup_ci_high timing_pairs timing_blocks timing_mode "
+    "clock_discarded_samples sm_clock_min_mhz sm_clock_max_mhz baseline_backend "
+    "reference_speedups correct max_rel_error run_status run_message flops bytes_moved "
+    "device_name compute_capability sm_clock_mhz triton_version torch_version kernel_source_hash"
 ).split()
 
-DEVICE = runner.DeviceInfo(device_name="NVIDIA H200", compute_capability="9.0", sm_count=132,
-                           max_shared_mem_bytes=232448, driver_version="580.159.04",
-                           cuda_version="13.0", torch_version="2.11.0+cu130",
-                           triton_version="3.6.0")
+DEVICE = DeviceInfo(device_name="NVIDIA H200", compute_capability="9.0", sm_count=132,
+                    max_shared_mem_bytes=232448, driver_version="580.159.04", cuda_version="13.0",
+                    torch_version="2.11.0+cu130", triton_version="3.6.0")
 
 
-def _timing(center_us: float, seed: int) -> runner.Timing:
-    samples = list(np.random.default_rng(seed).normal(center_us, center_us * 0.01, size=25))
-    return runner.Timing(summary=stats.summarize(samples), samples_us=samples,
-                         stop_reason=stats.StopReason.RSD_REACHED.value, timing_s=0.05,
-                         sm_clock_mhz=1980.0, sm_clock_min_mhz=1965.0, sm_clock_max_mhz=1980.0)
+def _recorded(kernel: str, shape: str, config_id: str) -> list[float]:
+    for r in read_jsonl(SAMPLE.read_text()):
+        if (r.get("kernel_name"), r.get("shape_name"), r.get("config_id")) == (kernel, shape, config_id):
+            return r["samples_us"]
+    raise KeyError((kernel, shape, config_id))
+
+
+def _paired_timing(cand: list[float], ref: list[float], blocks: int = 5) -> PairedTiming:
+    n = min(len(cand), len(ref))
+    ids = [i * blocks // n for i in range(n)]
+    clocks = ClockStats(median_mhz=1980.0, min_mhz=1755.0, max_mhz=1980.0, threshold_mhz=1485.0,
+                        discarded_samples=4, throttle_reasons=("sw_power_cap",))
+    return PairedTiming(candidate=stats.summarize(cand[:n]), reference=stats.summarize(ref[:n]),
+                        speedup=paired.summarize_pairs(cand[:n], ref[:n], ids), samples_us=cand[:n],
+                        reference_samples_us=ref[:n], stop_reason="RSD_REACHED", timing_s=0.2,
+                        mode=TimingMode.EVENTS, clocks=clocks)
 
 
 def _rows_for(path: Path) -> list[dict]:
-    """Every kind of row the runner writes, for one real kernel module."""
+    """Every kind of row the runner writes, for one real kernel module (its plan, as a worker
+    writes it)."""
     mod = load_kernel_module(path)
-    kinfo = runner.KernelInfo.of(mod)
-    shape = mod.SHAPES[0]
-    cfg = mod.CONFIGS[0]
-    grid = tuple(mod.grid(shape, cfg))
-    common = dict(flops=float(mod.flops(shape)), bytes_moved=float(mod.bytes_moved(shape)),
-                  attempt=0)
-    static = runner.StaticInfo(registers_per_thread=168, n_spills=0, shared_mem_bytes=98304,
-                               threads_per_block=cfg["num_warps"] * 32, compile_s=1.5)
-    spilling = runner.StaticInfo(registers_per_thread=255, n_spills=202, shared_mem_bytes=147456,
-                                 threads_per_block=128, compile_s=3.0)
-    check = runner.CheckResult(correct=True, max_rel_error=2.3e-3, max_abs_error=0.01,
-                               nonfinite_outputs=0, elementwise_violations=0, check_seed=5,
-                               check_s=0.2)
-    wrong = runner.CheckResult(correct=False, max_rel_error=None, max_abs_error=None,
-                               nonfinite_outputs=1024, elementwise_violations=None,
-                               check_seed=6, check_s=0.2)
-    base = runner.build_record(runner.RecordType.BASELINE, kinfo, shape, DEVICE,
-                               status=runner.RunStatus.OK, check=check, timing=_timing(300.0, 1),
-                               **common)
+    plan = KernelPlan.from_json(plan_module(path, mod).to_json())
+    sp = plan.shapes[0]
+    cfg = plan.configs[0]
+    common = dict(flops=sp.flops, bytes_moved=sp.bytes_moved, attempt=0)
+    grid = sp.grids[next(iter(sp.grids))]
+    static = StaticInfo(registers_per_thread=168, n_spills=0, shared_mem_bytes=98304,
+                        threads_per_block=cfg["num_warps"] * 32, compile_s=1.5)
+    spilling = StaticInfo(registers_per_thread=255, n_spills=202, shared_mem_bytes=147456,
+                          threads_per_block=128, compile_s=3.0)
+    check = CheckResult(correct=True, max_rel_error=2.3e-3, max_abs_error=0.01, nonfinite_outputs=0,
+                        elementwise_violations=0, check_seed=5, check_s=0.2)
+    wrong = CheckResult(correct=False, max_rel_error=None, max_abs_error=None, nonfinite_outputs=1024,
+                        elementwise_violations=None, check_seed=6, check_s=0.2)
+    base_samples = _recorded("gemm_bf16", "llama3_8b_down_prefill", "baseline")
+    cand_samples = _recorded("gemm_bf16", "llama3_8b_down_prefill", "BK64_BM128_BN256_GM8_s3_w8")
+    timing = Timing(summary=stats.summarize(base_samples), samples_us=base_samples,
+                    stop_reason="RSD_REACHED", timing_s=0.05, sm_clock_mhz=1980.0)
+    refs = ({"name": "other", "backend": "cuDNN", "speedup": 0.9, "speedup_ci_low": 0.88,
+             "speedup_ci_high": 0.92, "primary": False, "run_status": "OK"},)
     records = [
-        base,
-        runner.build_record(runner.RecordType.RUN, kinfo, shape, DEVICE, config=cfg,
-                            status=runner.RunStatus.OK, static=static, grid=grid, check=check,
-                            timing=_timing(310.0, 2), launch_matches_compile=True, **common),
-        runner.build_record(runner.RecordType.RUN, kinfo, shape, DEVICE, config=cfg,
-                            status=runner.RunStatus.PRUNED_SPILL, static=spilling, grid=grid,
-                            message="pruned: 808 spill bytes > threshold 0", **common),
-        runner.build_record(runner.RecordType.RUN, kinfo, shape, DEVICE, config=cfg,
-                            status=runner.RunStatus.FAILED_CORRECTNESS, static=static,
-                            grid=grid, check=wrong, message="not timed", **common),
-        runner.build_record(runner.RecordType.RUN, kinfo, shape, DEVICE, config=cfg,
-                            status=runner.RunStatus.TIMEOUT, grid=grid,
-                            message="step ran over 180 s", **common),
+        build_record(RecordType.BASELINE, plan.info, sp.shape, DEVICE, RunStatus.OK,
+                     RecordParts(check=check, timing=timing, baseline_backend="cuBLAS", **common)),
+        build_record(RecordType.RUN, plan.info, sp.shape, DEVICE, RunStatus.OK, RecordParts(
+            config=cfg, static=static, grid=grid, check=check, baseline_backend="cuBLAS",
+            paired=_paired_timing(cand_samples, base_samples), reference_speedups=refs,
+            launch_matches_compile=True, **common)),
+        build_record(RecordType.RUN, plan.info, sp.shape, DEVICE, RunStatus.PRUNED_SPILL, RecordParts(
+            config=cfg, static=spilling, grid=grid, message="pruned", **common)),
+        build_record(RecordType.RUN, plan.info, sp.shape, DEVICE, RunStatus.FAILED_CORRECTNESS,
+                     RecordParts(config=cfg, static=static, grid=grid, check=wrong, message="x", **common)),
+        build_record(RecordType.RUN, plan.info, sp.shape, DEVICE, RunStatus.TIMEOUT,
+                     RecordParts(config=cfg, grid=grid, message="step ran over 180 s", **common)),
     ]
-    lines = [runner.to_json_line(r) for r in records]
-    rows = [json.loads(line) for line in lines]
-    rows[1] = runner.with_baseline(rows[1], rows[0])
-    return rows
+    return [json.loads(to_json_line(r)) for r in records]
 
 
 KERNEL_FILES = kernel_files()
@@ -97,12 +115,15 @@ def test_rows_normalize_with_nothing_quarantined(path):
         row.update(source_format="runner_jsonl", source_file="bench.jsonl", source_row=i)
     result = normalize(rows)
     assert len(result.quarantine) == 0, result.quarantine["reason"].tolist()
-    assert len(result.kernel_runs) == len(rows)
     ok = result.kernel_runs.iloc[1]
-    assert ok["run_status"] == "OK" and ok["baseline_us"] == pytest.approx(rows[0]["latency_us"])
-    assert ok["latency_ci_low_us"] <= ok["latency_us"] <= ok["latency_ci_high_us"]
+    assert ok["run_status"] == "OK" and ok["timing_mode"] == "events" and ok["baseline_backend"] == "cuBLAS"
+    assert ok["speedup_ci_low"] <= ok["speedup"] <= ok["speedup_ci_high"]
+    assert ok["speedup"] == pytest.approx(rows[1]["speedup"]) and ok["clock_discarded_samples"] == 4
+    assert json.loads(ok["reference_speedups"])[0]["backend"] == "cuDNN"
     pruned = result.kernel_runs.iloc[2]
-    assert pruned["spill_stores_bytes"] == 808 and pd_isna(pruned["latency_us"])
+    # the JIT's local memory is the stack frame; ptxas spill counts are not the runner's to write
+    assert pruned["stack_frame_bytes"] == 808 and pd_isna(pruned["spill_stores_bytes"])
+    assert pd_isna(pruned["latency_us"])
 
 
 def pd_isna(value) -> bool:
@@ -111,57 +132,72 @@ def pd_isna(value) -> bool:
 
 def test_rows_carry_every_required_column_and_valid_json():
     rows = _rows_for(KERNEL_FILES[0])
-    names = {f.name for f in fields(runner.RunRecord)}
-    missing = [c for c in REQUIRED if c not in names]
-    assert not missing
+    names = {f.name for f in fields(RunRecord)}
+    assert not [c for c in REQUIRED if c not in names]
     assert set(REQUIRED) <= set(COLUMNS)  # the names are kernel_runs' own
     ok = rows[1]
-    assert ok["record_type"] == "run" and ok["latency_samples"] == 25
-    assert len(ok["samples_us"]) == 25
-    assert ok["spill_bytes_source"] and ok["config"]["num_warps"] == ok["num_warps"]
-    # NaN/inf never reach the JSON: the incorrect row's unknown error is null
-    assert rows[3]["max_rel_error"] is None and rows[3]["correct"] is False
+    assert ok["record_type"] == "run" and ok["timing_pairs"] == len(ok["samples_us"]) == len(ok["baseline_samples_us"])
+    assert ok["timing_blocks"] == 5 and len(ok["block_speedups"]) == 5
+    assert ok["spill_bytes_source"] == STACK_FRAME_SOURCE and ok["config"]["num_warps"] == ok["num_warps"]
+    assert ok["speedup_boot_ci_low"] >= ok["speedup_ci_low"]  # the between-run part only widens
+    assert rows[3]["max_rel_error"] is None and rows[3]["correct"] is False  # no NaN in JSON
 
 
-def test_shape_columns_map_named_dims():
-    gemm = load_kernel_module("gemm")
-    cols = runner.shape_columns(gemm.SHAPES[0])
-    assert (cols["m"], cols["n"], cols["k"]) == tuple(gemm.SHAPES[0].dims[d] for d in "MNK")
-    attn = load_kernel_module("flash_attention")
-    cols = runner.shape_columns(attn.SHAPES[0])
-    dims = attn.SHAPES[0].dims
-    assert (cols["batch"], cols["num_heads"], cols["num_kv_heads"], cols["seq_len"],
-            cols["head_dim"]) == (dims["B"], dims["H"], dims["KV_H"], dims["S"], dims["D"])
+def test_plan_round_trips_and_holds_grids_and_references():
+    path = REPO / "kernels" / "gemm.py"
+    plan = plan_module(path, load_kernel_module(path))
+    again = KernelPlan.from_json(plan.to_json())
+    assert again == plan
+    assert again.references[0].key is None and again.shape(plan.shapes[0].shape.name).flops > 0
+    cid = next(iter(plan.shapes[0].grids))
+    assert plan.config(cid)["num_warps"] in (4, 8)
 
 
-def test_best_picks_fastest_correct_run_only():
+@pytest.mark.skipif(not SAMPLE.exists(), reason="committed H200 sample not present")
+def test_committed_pre_paired_file_still_ingests_with_its_stack_frames():
+    """The committed capture predates paired timing: it still ingests, nothing quarantined, and
+    its 4*n_spills figures land in stack_frame_bytes, not in the ptxas spill columns."""
+    result = ingest_paths([SAMPLE])
+    (summary,) = result.summaries
+    assert summary.quarantined == 0 and summary.rows > 300
+    checked = validate(result)
+    assert checked.quarantine.empty
+    runs = checked.kernel_runs
+    pruned = runs[runs["run_status"] == "PRUNED_SPILL"]
+    assert len(pruned) and (pruned["stack_frame_bytes"] > 0).all() and pruned["spill_stores_bytes"].isna().all()
+    assert runs["speedup"].isna().all()  # no paired fields in that file
+
+
+def test_best_prefers_the_paired_speedup_and_ignores_incorrect_rows():
     rows = [
         {"record_type": "run", "run_status": "OK", "kernel_name": "k", "shape_name": "s",
-         "config_id": "a", "latency_us": 10.0, "baseline_us": 12.0},
+         "config_id": "a", "latency_us": 10.0, "baseline_us": 12.0, "speedup": 1.15},
         {"record_type": "run", "run_status": "FAILED_CORRECTNESS", "kernel_name": "k",
-         "shape_name": "s", "config_id": "fast_but_wrong", "latency_us": 1.0},
+         "shape_name": "s", "config_id": "fast_but_wrong", "latency_us": 1.0, "speedup": 9.0},
         {"record_type": "run", "run_status": "OK", "kernel_name": "k", "shape_name": "s",
-         "config_id": "b", "latency_us": 11.0, "baseline_us": 12.0},
+         "config_id": "b", "latency_us": 10.5, "baseline_us": 12.6, "speedup": 1.2},
     ]
-    (best,) = runner._best(rows)
-    assert best["config_id"] == "a" and best["speedup"] == pytest.approx(1.2)
+    (b,) = best(rows)
+    assert b["config_id"] == "b" and b["speedup"] == 1.2
 
 
 def test_exit_classification():
-    status, msg = runner._classify_exit("[bench] BM128\ntorch.OutOfMemoryError: CUDA out of memory",
-                                        None, 1)
-    assert status is runner.RunStatus.OOM and "out of memory" in msg
-    status, msg = runner._classify_exit("RuntimeError: CUDA error: an illegal memory access", None, 1)
-    assert status is runner.RunStatus.CRASHED and "illegal memory access" in msg
-    status, _ = runner._classify_exit("", "step 'BM64' ran over 5 s", -9)
-    assert status is runner.RunStatus.TIMEOUT
+    status, msg = classify_exit("[bench] BM128\ntorch.OutOfMemoryError: CUDA out of memory", None, 1)
+    assert status is RunStatus.OOM and "out of memory" in msg
+    status, msg = classify_exit("RuntimeError: CUDA error: an illegal memory access", None, 3)
+    assert status is RunStatus.CRASHED and "illegal memory access" in msg
+    status, msg = classify_exit("", None, -11)
+    assert status is RunStatus.CRASHED and "SIGSEGV" in msg
+    status, _ = classify_exit("", "step 'BM64' ran over 5 s", -9)
+    assert status is RunStatus.TIMEOUT
 
 
 def _run_cli(*args: str, env_extra: dict | None = None) -> subprocess.CompletedProcess:
     env = dict(os.environ, CUDA_VISIBLE_DEVICES="", PYTHONPATH=str(REPO))
+    env.pop("KERNAUDIT_BENCH_FAKE_DEVICE", None)
     env.update(env_extra or {})
     return subprocess.run([sys.executable, "-m", "kernaudit_pipeline.bench.runner", *args],
-                          capture_output=True, text=True, env=env, cwd=REPO, timeout=120)
+                          capture_output=True, text=True, env=env, cwd=REPO, timeout=300)
 
 
 def test_cli_without_gpu_exits_2_with_one_line(tmp_path):
@@ -176,6 +212,7 @@ def test_cli_without_gpu_exits_2_with_one_line(tmp_path):
 @pytest.mark.parametrize("args,needle", [
     (("nosuch_kernel",), "unknown kernel"),
     (("--rsd-target", "0"), "must be positive"),
+    (("--clock-fraction", "1.5"), "--clock-fraction"),
     (("--bogus",), "unrecognized arguments"),
     (("gemm", "--shapes", "no_such_shape"), "no (kernel, shape) pairs"),
 ])
@@ -184,30 +221,3 @@ def test_cli_bad_input_is_one_line_exit_2(args, needle):
     assert proc.returncode == 2
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and needle in lines[0], proc.stderr
-
-
-SAMPLE = REPO / "samples" / "h200" / "bench_h200.jsonl"
-
-
-@pytest.mark.skipif(not SAMPLE.exists(), reason="committed H200 sample not present")
-def test_committed_h200_rows_normalize_and_are_consistent():
-    """The real H200 sweep: every run/baseline row validates, the file ends with a summary,
-    and no incorrect config carries an OK status."""
-    lines = SAMPLE.read_text().splitlines()
-    records = [json.loads(line) for line in lines if line.strip()]
-    assert records[-1]["record_type"] == "summary"
-    rows = [dict(r, source_format="runner_jsonl", source_file=SAMPLE.name, source_row=i)
-            for i, r in enumerate(records) if r["record_type"] in ("run", "baseline")]
-    result = normalize(rows)
-    assert len(result.quarantine) == 0, result.quarantine["reason"].head().tolist()
-    assert len(result.kernel_runs) == len(rows)
-    for r in rows:
-        assert r["run_status"] in {s.value for s in runner.RunStatus}
-        if r["run_status"] == "OK":
-            assert r["correct"] is True and r["latency_samples"] == len(r["samples_us"])
-        if r["correct"] is False:
-            assert r["run_status"] == "FAILED_CORRECTNESS"
-        if r["run_status"] == "PRUNED_SPILL":
-            assert r["spill_stores_bytes"] > 0 and r["latency_us"] is None
-    peaks = {r["peak_name"] for r in records if r["record_type"] == "peak"}
-    assert peaks == {"dram_copy_bandwidth", "bf16_matmul_cublas", "fp8_scaled_mm"}

@@ -1,0 +1,57 @@
+"""The options a sweep runs with; the parent writes them into every worker's spec.
+
+Standard library only.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from kernaudit_pipeline.bench.clocks import DEFAULT_FRACTION
+
+FAKE_DEVICE_ENV = "KERNAUDIT_BENCH_FAKE_DEVICE"  # "cpu": workers use the CPU timing double (tests)
+
+
+@dataclass(frozen=True)
+class BenchOptions:
+    # unpaired timing (baseline rows, peaks): nvbench-style RSD rule plus a time cap
+    rsd_target: float = 0.01
+    min_samples: int = 10
+    max_seconds_per_config: float = 1.0
+    # paired timing of each config against the primary reference
+    min_blocks: int = 6
+    max_blocks: int = 40
+    block_s: float = 0.015
+    min_time_s: float = 0.1
+    speedup_rsd_target: float = 0.004
+    between_run_rsd: float = 0.006
+    clock_fraction: float = DEFAULT_FRACTION
+    # small kernels: time replays of a captured CUDA graph (opt-in)
+    cuda_graph: bool = False
+    cuda_graph_below_us: float = 20.0
+    # the other references, timed paired against the best configs of each shape
+    references_top_k: int = 2
+    probe_backends: bool = True
+    # pruning and isolation
+    prune: bool = True
+    spill_threshold_bytes: int = 0
+    timeout_s: float = 180.0
+    seed: int = 20240601
+    warmup_s: float = 0.02
+    device: str = "cuda"
+
+    @property
+    def rule(self):
+        from kernaudit_pipeline.bench.stats import StopRule
+
+        return StopRule(rsd_target=self.rsd_target, min_samples=self.min_samples,
+                        max_seconds=self.max_seconds_per_config)
+
+    @property
+    def paired_rule(self):
+        from kernaudit_pipeline.bench.paired import PairedRule
+
+        return PairedRule(min_blocks=self.min_blocks, max_blocks=self.max_blocks,
+                          block_s=self.block_s, min_time_s=self.min_time_s,
+                          max_seconds=max(self.max_seconds_per_config, self.min_time_s) * 2,
+                          rsd_target=self.speedup_rsd_target)
