@@ -1,14 +1,21 @@
-"""Audit history: every audit appended to an embedded DuckDB database.
+"""Audit history: every audit appended to an embedded DuckDB database, compared with the last
+accepted one without crying wolf.
 
-``data/history.duckdb`` holds one row per (audit, kernel, config, shape,
-device): latency with its 95 % CI, baseline, speedup, status. An audit is
-compared with the last *accepted* audit, the reference. A key regressed when
+``data/history.duckdb`` holds one row per (audit, kernel, config, shape, device): latency with
+its 95 % CI, baseline, the paired speedup with its 95 % CI, status. An audit is compared with
+the last *accepted* audit, the reference. A key *looks* regressed when
 
-- it got slower beyond the noise band (``delta_pct > noise_band * 100``) and
-  the two latency CIs do not overlap (this audit's CI low is above the
-  reference's CI high); a pair without CIs is judged by the noise band alone
-  and says so (``ci_separated`` is null); or
+- both audits have paired speedup CIs and this audit's CI, raised by the noise band, still lies
+  wholly below the reference's (``speedup_ci_high * (1 + band) < reference speedup_ci_low``);
+  a pair without speedup CIs (older audits) falls back to the latency CIs and the band; or
 - it was not FAILED in the reference and is FAILED now.
+
+A timing difference is only *confirmed* when the same audit re-measures that config against
+its baseline (paired, on this run's GPU) and the re-measured CI, too, lies below the
+reference's beyond the band; a re-measure that overlaps *refutes* it; without a GPU nothing can
+be re-measured and the difference stays *unconfirmed*. ``no_new_regressions`` fails only on
+confirmed regressions; a newly FAILED correctness check is its own confirmation (it ran on
+fresh inputs in this audit).
 
 The first audit recorded becomes the reference by itself (there is nothing to
 compare it with); later ones only when a person runs
@@ -17,11 +24,10 @@ compare it with); later ones only when a person runs
 
 from __future__ import annotations
 
-import argparse
 import math
-import sys
+from collections.abc import Callable
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from datetime import datetime, timezone
 from enum import StrEnum
 from pathlib import Path
@@ -31,7 +37,8 @@ import duckdb
 import pandas as pd
 
 KEY = ("kernel_name", "config_id", "shape_name", "device_name")
-VALUE_COLUMNS = ("latency_us", "latency_ci_low_us", "latency_ci_high_us", "baseline_us", "speedup", "status")
+VALUE_COLUMNS = ("latency_us", "latency_ci_low_us", "latency_ci_high_us", "baseline_us", "speedup",
+                 "speedup_ci_low", "speedup_ci_high", "status")
 SCHEMA = (
     """CREATE TABLE IF NOT EXISTS audits (
         run_id VARCHAR PRIMARY KEY,
@@ -55,7 +62,12 @@ SCHEMA = (
         speedup DOUBLE,
         status VARCHAR,
         recorded_utc TIMESTAMP NOT NULL,
+        speedup_ci_low DOUBLE,
+        speedup_ci_high DOUBLE,
         PRIMARY KEY (run_id, kernel_name, config_id, shape_name, device_name))""",
+    # databases written before paired timing: add its columns in place
+    "ALTER TABLE results ADD COLUMN IF NOT EXISTS speedup_ci_low DOUBLE",
+    "ALTER TABLE results ADD COLUMN IF NOT EXISTS speedup_ci_high DOUBLE",
     """CREATE OR REPLACE VIEW history AS
         SELECT r.*, a.accepted, a.trigger FROM results r JOIN audits a USING (run_id)""",
 )
@@ -68,6 +80,26 @@ class HistoryError(RuntimeError):
 class RegressionKind(StrEnum):
     SLOWER = "slower"
     NOW_FAILING = "now_failing"
+
+
+class Confirmation(StrEnum):
+    CONFIRMED = "confirmed"      # re-measured in this audit: still below the reference
+    UNCONFIRMED = "unconfirmed"  # could not be re-measured (no GPU, or the re-measure failed)
+    REFUTED = "refuted"          # the re-measure overlaps the reference: drift, not a regression
+
+
+@dataclass(frozen=True)
+class Remeasured:
+    """A config re-timed in this audit, paired against its baseline."""
+
+    speedup: float
+    speedup_ci_low: float
+    speedup_ci_high: float
+    note: str | None = None
+
+
+# (kernel, config, shape, device) -> the re-measure, or None when it cannot be done
+Remeasure = Callable[["Regression"], "Remeasured | None"]
 
 
 @dataclass(frozen=True)
@@ -101,6 +133,17 @@ class Regression:
     ci_separated: bool | None
     status: str | None
     reference_status: str | None
+    speedup: float | None = None
+    speedup_ci_low: float | None = None
+    speedup_ci_high: float | None = None
+    reference_speedup: float | None = None
+    reference_speedup_ci_low: float | None = None
+    reference_speedup_ci_high: float | None = None
+    confirmation: Confirmation = Confirmation.UNCONFIRMED
+    remeasured_speedup: float | None = None
+    remeasured_ci_low: float | None = None
+    remeasured_ci_high: float | None = None
+    confirmation_note: str | None = None
 
 
 @dataclass(frozen=True)
@@ -109,6 +152,14 @@ class Comparison:
     reference_run_id: str | None
     keys_compared: int
     regressions: tuple[Regression, ...]
+
+    @property
+    def confirmed(self) -> tuple[Regression, ...]:
+        return tuple(r for r in self.regressions if r.confirmation == Confirmation.CONFIRMED)
+
+    @property
+    def unconfirmed(self) -> tuple[Regression, ...]:
+        return tuple(r for r in self.regressions if r.confirmation == Confirmation.UNCONFIRMED)
 
     def frame(self) -> pd.DataFrame:
         columns = [f for f in Regression.__dataclass_fields__]
@@ -177,8 +228,8 @@ def record_audit(db_path: Path, run_id: str, runs: pd.DataFrame, *, trigger: str
                     [run_id, now, trigger, data_mode, len(rows), accepted, now if accepted else None,
                      "first audit (automatic)" if accepted else None])
         con.register("incoming", rows[["run_id", *KEY, *VALUE_COLUMNS, "recorded_utc"]])
-        con.execute(f"INSERT INTO results SELECT run_id, {', '.join(KEY)}, {', '.join(VALUE_COLUMNS)}, recorded_utc "
-                    "FROM incoming")
+        columns = ", ".join(("run_id", *KEY, *VALUE_COLUMNS, "recorded_utc"))
+        con.execute(f"INSERT INTO results ({columns}) SELECT {columns} FROM incoming")
         con.unregister("incoming")
         con.execute("COMMIT")
     return get_audit(db_path, run_id)
@@ -233,19 +284,37 @@ def reference_for(con: duckdb.DuckDBPyConnection, run_id: str) -> str | None:
     return row[0] if row else None
 
 
+def below(ci_high: float | None, reference_ci_low: float | None, noise_band: float) -> bool | None:
+    """A speedup CI wholly below the reference's, even raised by the noise band; None when a
+    bound is missing."""
+    if ci_high is None or reference_ci_low is None:
+        return None
+    return ci_high * (1.0 + noise_band) < reference_ci_low
+
+
 def _regression(cur: pd.Series, ref: pd.Series, reference_run_id: str, noise_band: float) -> Regression | None:
     lat, ref_lat = _float(cur["latency_us"]), _float(ref["latency_us"])
     lo, hi = _float(cur["latency_ci_low_us"]), _float(cur["latency_ci_high_us"])
     ref_lo, ref_hi = _float(ref["latency_ci_low_us"]), _float(ref["latency_ci_high_us"])
+    sp, sp_lo, sp_hi = (_float(cur[c]) for c in ("speedup", "speedup_ci_low", "speedup_ci_high"))
+    rsp, rsp_lo, rsp_hi = (_float(ref[c]) for c in ("speedup", "speedup_ci_low", "speedup_ci_high"))
     status, ref_status = cur["status"], ref["status"]
     kind: RegressionKind | None = None
     delta_us = delta_pct = None
     separated: bool | None = None
-    if status == "FAILED" and ref_status != "FAILED":
-        kind = RegressionKind.NOW_FAILING
-    elif lat is not None and ref_lat is not None and ref_lat > 0:
+    confirmation = Confirmation.UNCONFIRMED
+    if lat is not None and ref_lat is not None and ref_lat > 0:
         delta_us = lat - ref_lat
         delta_pct = delta_us / ref_lat * 100.0
+    if status == "FAILED" and ref_status != "FAILED":
+        kind = RegressionKind.NOW_FAILING
+        confirmation = Confirmation.CONFIRMED  # a correctness check on fresh inputs in this audit
+    elif below(sp_hi, rsp_lo, noise_band) is not None and sp is not None and rsp:
+        separated = below(sp_hi, rsp_lo, noise_band)
+        delta_pct = (rsp / sp - 1.0) * 100.0  # how much slower relative to the baseline
+        if separated:
+            kind = RegressionKind.SLOWER
+    elif delta_pct is not None:
         if lo is not None and ref_hi is not None:
             separated = lo > ref_hi
         if delta_pct > noise_band * 100.0 and separated is not False:
@@ -259,11 +328,42 @@ def _regression(cur: pd.Series, ref: pd.Series, reference_run_id: str, noise_ban
         delta_us=None if delta_us is None else round(delta_us, 3),
         delta_pct=None if delta_pct is None else round(delta_pct, 2),
         latency_ci_low_us=lo, latency_ci_high_us=hi, reference_ci_low_us=ref_lo, reference_ci_high_us=ref_hi,
-        ci_separated=separated, status=status, reference_status=ref_status)
+        ci_separated=separated, status=status, reference_status=ref_status, speedup=sp,
+        speedup_ci_low=sp_lo, speedup_ci_high=sp_hi, reference_speedup=rsp, reference_speedup_ci_low=rsp_lo,
+        reference_speedup_ci_high=rsp_hi, confirmation=confirmation)
 
 
-def compare(db_path: Path, run_id: str, noise_band: float = 0.02) -> Comparison:
-    """This audit against the last accepted one; every key present in both is judged."""
+def confirm(regression: Regression, remeasure: Remeasure | None, noise_band: float) -> Regression:
+    """Re-measure a timing regression in this audit: confirmed only if the re-measured CI also
+    lies below the reference's beyond the band."""
+    if regression.kind != RegressionKind.SLOWER:
+        return regression
+    if remeasure is None:
+        return replace(regression, confirmation=Confirmation.UNCONFIRMED,
+                       confirmation_note="no GPU in this audit: nothing could be re-measured")
+    try:
+        again = remeasure(regression)
+    except Exception as exc:  # noqa: BLE001 - a failed re-measure leaves the difference unconfirmed
+        again = None
+        note = f"re-measure failed: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+    else:
+        note = None if again is not None else "the re-measure produced no paired speedup"
+    if again is None:
+        return replace(regression, confirmation=Confirmation.UNCONFIRMED, confirmation_note=note)
+    ref_low = regression.reference_speedup_ci_low  # None for audits from before paired timing
+    verdict = below(again.speedup_ci_high, ref_low, noise_band)
+    confirmation = (Confirmation.CONFIRMED if verdict else
+                    Confirmation.REFUTED if verdict is False else Confirmation.UNCONFIRMED)
+    return replace(regression, confirmation=confirmation, remeasured_speedup=again.speedup,
+                   remeasured_ci_low=again.speedup_ci_low, remeasured_ci_high=again.speedup_ci_high,
+                   confirmation_note=again.note or (None if verdict is not None else
+                                                    "the reference audit has no paired speedup CI"))
+
+
+def compare(db_path: Path, run_id: str, noise_band: float = 0.02,
+            remeasure: Remeasure | None = None) -> Comparison:
+    """This audit against the last accepted one; every key present in both is judged, and each
+    timing regression is re-measured through ``remeasure`` (None: no GPU, all unconfirmed)."""
     with connect(db_path, read_only=True) as con:
         reference = reference_for(con, run_id)
         if reference is None:
@@ -281,8 +381,9 @@ def compare(db_path: Path, run_id: str, noise_band: float = 0.02) -> Comparison:
         ref = pd.Series({v: row[f"ref_{v}"] for v in VALUE_COLUMNS})
         regression = _regression(cur, ref, reference, noise_band)
         if regression is not None:
-            found.append(regression)
-    found.sort(key=lambda r: (r.kind != RegressionKind.NOW_FAILING, -(r.delta_pct or 0.0)))
+            found.append(confirm(regression, remeasure, noise_band))
+    found.sort(key=lambda r: (r.confirmation != Confirmation.CONFIRMED, r.kind != RegressionKind.NOW_FAILING,
+                              -(r.delta_pct or 0.0)))
     return Comparison(run_id=run_id, reference_run_id=reference, keys_compared=len(pairs), regressions=tuple(found))
 
 
@@ -293,59 +394,36 @@ def latest_run_id(db_path: Path) -> str:
     return audits[-1].run_id
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # one line, never the usage block
-        raise HistoryError(message)
-
-
-def _fmt(value: object, digits: int = 2) -> str:
+def fmt(value: object, digits: int = 2) -> str:
     f = _float(value)
     return "–" if f is None else f"{f:,.{digits}f}"
 
 
-def cli(argv: list[str]) -> int:
-    """``kernaudit history list | accept RUN_ID | compare [RUN_ID]``."""
-    from kernaudit_pipeline.settings import data_paths
+def runner_remeasure(out_dir: Path, env: dict[str, str] | None = None, timeout_s: float = 900.0) -> Remeasure:
+    """A :data:`Remeasure` that runs the GPU runner on one (kernel, shape, config), paired against
+    its primary reference, and reads the paired speedup from its JSONL (under ``out_dir``)."""
+    import hashlib
+    import subprocess
+    import sys
 
-    parser = _Parser(prog="kernaudit history", description="audit history (DuckDB in the data folder)")
-    parser.add_argument("--data-dir", default=None, help="data folder (default: $KERNAUDIT_DATA_DIR or ./data)")
-    sub = parser.add_subparsers(dest="command", required=True)
-    sub.add_parser("list", help="every recorded audit, oldest first; * marks accepted references")
-    acc = sub.add_parser("accept", help="make an audit the reference later audits compare with")
-    acc.add_argument("run_id", help="Dagster run id (a unique prefix is enough)")
-    acc.add_argument("--by", default="cli", help="who accepts it (recorded)")
-    cmp_ = sub.add_parser("compare", help="regressions of an audit against the last accepted one")
-    cmp_.add_argument("run_id", nargs="?", help="default: the latest audit")
-    cmp_.add_argument("--noise-band", type=float, default=0.02)
-    try:
-        args = parser.parse_args(argv)
-        db = data_paths(args.data_dir).history_db
-        if args.command == "list":
-            for audit in list_audits(db):
-                mark = "*" if audit.accepted else " "
-                print(f"{mark} {audit.run_id}  {audit.recorded_utc}  {audit.trigger or '-':<8} keys={audit.rows}"
-                      + (f"  accepted {audit.accepted_utc} by {audit.accepted_by}" if audit.accepted else ""))
-        elif args.command == "accept":
-            audit = accept(db, args.run_id, args.by)
-            print(f"accepted {audit.run_id} as the reference ({audit.rows} keys)")
-        else:
-            run_id = resolve_run_id(db, args.run_id) if args.run_id else latest_run_id(db)
-            result = compare(db, run_id, args.noise_band)
-            if result.reference_run_id is None:
-                print(f"{run_id}: no earlier accepted audit to compare with")
-                return 0
-            print(f"{run_id} vs reference {result.reference_run_id}: {result.keys_compared} keys compared, "
-                  f"{len(result.regressions)} regressions")
-            for r in result.regressions:
-                print(f"  {r.kind:<11} {r.kernel_name} {r.shape_name} {r.config_id} {r.device_name}: "
-                      f"{_fmt(r.reference_latency_us)} -> {_fmt(r.latency_us)} us ({_fmt(r.delta_pct)} %), "
-                      f"CI [{_fmt(r.latency_ci_low_us)}, {_fmt(r.latency_ci_high_us)}] vs "
-                      f"[{_fmt(r.reference_ci_low_us)}, {_fmt(r.reference_ci_high_us)}]")
-    except HistoryError as exc:
-        print(f"kernaudit history: {exc}", file=sys.stderr)
-        return 2
-    return 0
+    from kernaudit_pipeline.bench.records import read_jsonl
+    from kernaudit_pipeline.settings import PROJECT_ROOT
 
+    def run(reg: Regression) -> Remeasured | None:
+        key = "|".join((reg.kernel_name, reg.shape_name, reg.config_id))
+        out = out_dir / f"remeasure-{hashlib.sha256(key.encode()).hexdigest()[:16]}.jsonl"
+        out_dir.mkdir(parents=True, exist_ok=True)
+        cmd = [sys.executable, "-m", "kernaudit_pipeline.bench.runner", reg.kernel_name, "--shapes",
+               reg.shape_name, "--configs", reg.config_id, "--no-peaks", "--references-top-k", "0",
+               "--out", str(out)]
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, env=env, cwd=PROJECT_ROOT)
+        if proc.returncode != 0 or not out.exists():
+            raise RuntimeError((proc.stderr.strip().splitlines() or [f"runner exit {proc.returncode}"])[-1])
+        for row in read_jsonl(out.read_text()):
+            if (row.get("record_type") == "run" and row.get("config_id") == reg.config_id
+                    and row.get("speedup") is not None and row.get("speedup_ci_high") is not None):
+                return Remeasured(float(row["speedup"]), float(row["speedup_ci_low"]),
+                                  float(row["speedup_ci_high"]), note=f"re-measured in {out.name}")
+        return None
 
-if __name__ == "__main__":
-    sys.exit(cli(sys.argv[1:]))
+    return run
