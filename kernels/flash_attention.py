@@ -11,16 +11,11 @@ blocks strictly left of the diagonal need no mask at all, and only the BLOCK_M /
 blocks that straddle the diagonal pay for one. Causal programs are launched heaviest first
 (the last query block does the most work) so the tail of the grid is short.
 
-Baseline: ``F.scaled_dot_product_attention(q, k, v, is_causal=..., enable_gqa=True)``, letting
-SDPA pick its backend. To compare against one backend, pin it around the call::
-
-    from torch.nn.attention import SDPBackend, sdpa_kernel
-    with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
-        baseline(inputs)
-
-(``baseline_pinned(inputs, "FLASH_ATTENTION")`` does exactly that.) GQA works on the FLASH and
-MATH backends; cuDNN and memory-efficient attention would need the KV heads expanded first.
-Reference: the same attention in fp32 with the KV heads expanded.
+References (``REFERENCES``): ``F.scaled_dot_product_attention(q, k, v, is_causal=...,
+enable_gqa=True)`` as SDPA dispatches it by itself (the primary; on an H200 it picks cuDNN), and
+the same call pinned with ``torch.nn.attention.sdpa_kernel`` to the FLASH backend
+(FlashAttention-2) and to cuDNN. The runner profiles each and records the library that ran.
+Correctness reference: the same attention in fp32 with the KV heads expanded.
 """
 
 from __future__ import annotations
@@ -32,7 +27,7 @@ import torch.nn.functional as F
 import triton
 import triton.language as tl
 
-from kernaudit_pipeline.kernel_spec import Ptr, Shape, Tolerance
+from kernaudit_pipeline.kernel_spec import Ptr, Reference, Shape, Tolerance
 
 NAME = "flash_attention_fwd"
 DTYPE = "bf16"
@@ -256,10 +251,19 @@ def baseline(inputs: dict) -> torch.Tensor:
 
 
 def baseline_pinned(inputs: dict, backend: str = "FLASH_ATTENTION") -> torch.Tensor:
-    """``baseline`` restricted to one SDPA backend (an ``SDPBackend`` member name)."""
+    """``baseline`` restricted to one SDPA backend (an ``SDPBackend`` member name); raises when
+    that backend cannot run these inputs, rather than falling back to another."""
     from torch.nn.attention import SDPBackend, sdpa_kernel
     with sdpa_kernel(getattr(SDPBackend, backend)):
         return baseline(inputs)
+
+
+def sdpa_flash(inputs: dict) -> torch.Tensor:
+    return baseline_pinned(inputs, "FLASH_ATTENTION")
+
+
+def sdpa_cudnn(inputs: dict) -> torch.Tensor:
+    return baseline_pinned(inputs, "CUDNN_ATTENTION")
 
 
 def reference(inputs: dict) -> torch.Tensor:
@@ -273,6 +277,16 @@ def reference(inputs: dict) -> torch.Tensor:
 
 # P is rounded to bf16 before the P @ V product and O is rounded to bf16 on the way out.
 TOLERANCE = Tolerance(max_rel_l2=2e-2, atol=5e-3, rtol=2e-2)
+
+# Every SDPA backend rounds P and O to bf16 as the kernel does: the same tolerance holds.
+REFERENCES = [
+    Reference(key=None, name=f"{BASELINE_NAME} (default dispatch)", backend="SDPA's choice (profiled)",
+              fn=baseline, tolerance=TOLERANCE),
+    Reference(key="sdpa_flash", name=f"{BASELINE_NAME} pinned to FLASH_ATTENTION",
+              backend="FlashAttention-2 (SDPA FLASH)", fn=sdpa_flash, tolerance=TOLERANCE),
+    Reference(key="sdpa_cudnn", name=f"{BASELINE_NAME} pinned to CUDNN_ATTENTION",
+              backend="cuDNN", fn=sdpa_cudnn, tolerance=TOLERANCE),
+]
 
 
 # --------------------------------------------------------------------------------------------

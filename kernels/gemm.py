@@ -16,7 +16,7 @@ import torch
 import triton
 import triton.language as tl
 
-from kernaudit_pipeline.kernel_spec import Ptr, Shape, Tolerance
+from kernaudit_pipeline.kernel_spec import Ptr, Reference, Shape, Tolerance
 
 NAME = "gemm_bf16"
 DTYPE = "bf16"
@@ -156,6 +156,10 @@ def reference(inputs: dict) -> torch.Tensor:
 
 # Output rounding to bf16 (unit roundoff 2^-8) dominates: about 2.3e-3 relative RMS error.
 TOLERANCE = Tolerance(max_rel_l2=1e-2, atol=2e-2, rtol=2e-2)
+
+# The one reference: what a serving stack runs for an unfused bf16 linear layer. The runner
+# profiles it and records the library that ran (cuBLAS's nvjet kernels on an H200).
+REFERENCES = [Reference(key=None, name=BASELINE_NAME, backend="cuBLAS", fn=baseline, tolerance=TOLERANCE)]
 
 
 # --------------------------------------------------------------------------------------------

@@ -16,9 +16,13 @@ Decode is memory-bound, so the kernel's job is to read each cached K/V byte exac
   partitions. ``KERNEL`` is the partition kernel, where the time and the registers go;
   ``launch`` runs both kernels, so the measured latency is the whole operation.
 
-Baseline (and reference, in fp32): gather the pages into contiguous K/V with the block table,
-then ``F.scaled_dot_product_attention`` with a length mask. The baseline folds each KV head's
-query group into the query-length axis, so SDPA needs no GQA support and no expanded KV.
+References (``REFERENCES``): the primary is the unquantized PyTorch composition (and, in fp32,
+the correctness reference): gather the pages into contiguous K/V with the block table, then
+``F.scaled_dot_product_attention`` with a length mask, each KV head's query group folded into
+the query-length axis so SDPA needs no GQA support. Beside it, what a serving stack would run:
+FlashInfer's batch decode over the same paged cache (``flashinfer-python``, JIT-compiled with
+nvcc on first use), then vLLM's Triton decode kernel or FlashAttention's paged KV where those
+packages are installed; a reference that cannot run leaves a row saying why.
 Context lengths must be at least 1.
 """
 
@@ -31,7 +35,7 @@ import torch.nn.functional as F
 import triton
 import triton.language as tl
 
-from kernaudit_pipeline.kernel_spec import Ptr, Shape, Tolerance
+from kernaudit_pipeline.kernel_spec import Ptr, Reference, Shape, Tolerance
 
 NAME = "paged_decode_attention"
 DTYPE = "bf16"
@@ -308,6 +312,64 @@ def reference(inputs: dict) -> torch.Tensor:
 
 # P is rounded to bf16 before P @ V and the output is rounded to bf16.
 TOLERANCE = Tolerance(max_rel_l2=2e-2, atol=1e-3, rtol=2e-2)
+
+
+def _missing(module: str, package: str):
+    def why() -> str | None:
+        import importlib.util
+        return None if importlib.util.find_spec(module) else f"{package} is not installed on this host"
+    return why
+
+
+def _paged_indices(inputs: dict) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The same page layout in CSR form: indptr (B+1), page ids, tokens in each last page."""
+    bt, lens = inputs["block_table"], inputs["context_lens"]
+    page = inputs["k_cache"].shape[1]
+    pages = (lens + page - 1) // page
+    indptr = torch.zeros(bt.shape[0] + 1, dtype=torch.int32, device=bt.device)
+    indptr[1:] = torch.cumsum(pages, 0)
+    mask = torch.arange(bt.shape[1], device=bt.device)[None, :] < pages[:, None]
+    return indptr, bt[mask].to(torch.int32), (lens - (pages - 1) * page).to(torch.int32)
+
+
+def flashinfer_prepare(inputs: dict) -> dict:
+    """Plan FlashInfer's batch decode over the inputs' own paged cache (NHD pages, the same
+    block table and lengths); the plan and the JIT compile stay outside the timed region."""
+    import flashinfer
+
+    q, k_cache = inputs["q"], inputs["k_cache"]
+    B, H, D = q.shape
+    indptr, indices, last = _paged_indices(inputs)
+    workspace = torch.zeros(128 * 1024 * 1024, dtype=torch.uint8, device=q.device)
+    wrapper = flashinfer.BatchDecodeWithPagedKVCacheWrapper(workspace, kv_layout="NHD")
+    wrapper.plan(indptr, indices, last, num_qo_heads=H, num_kv_heads=k_cache.shape[2], head_dim=D,
+                 page_size=k_cache.shape[1], pos_encoding_mode="NONE", q_data_type=q.dtype,
+                 kv_data_type=k_cache.dtype, sm_scale=inputs["sm_scale"])
+    return {"wrapper": wrapper, "q": q, "kv": (k_cache, inputs["v_cache"]), "workspace": workspace}
+
+
+def flashinfer_decode(prepared: dict) -> torch.Tensor:
+    return prepared["wrapper"].run(prepared["q"], prepared["kv"])
+
+
+def _not_wired(package: str):
+    def run(prepared: dict) -> torch.Tensor:
+        raise NotImplementedError(f"{package} is installed but this reference is not wired up yet")
+    return run
+
+
+REFERENCES = [
+    Reference(key=None, name=BASELINE_NAME, backend="PyTorch gather + SDPA", fn=baseline, tolerance=TOLERANCE),
+    Reference(key="flashinfer", name="flashinfer.BatchDecodeWithPagedKVCacheWrapper", backend="FlashInfer",
+              fn=flashinfer_decode, tolerance=TOLERANCE, prepare=flashinfer_prepare,
+              unavailable=_missing("flashinfer", "flashinfer-python")),
+    # the next options the issue names; neither package is on the GPU image, so these rows say so
+    Reference(key="vllm_triton", name="vllm decode_attention_fwd (Triton)", backend="vLLM Triton",
+              fn=_not_wired("vllm"), tolerance=TOLERANCE, unavailable=_missing("vllm", "vllm")),
+    Reference(key="flash_attn_paged", name="flash_attn.flash_attn_with_kvcache (paged)",
+              backend="FlashAttention-2 (paged KV)", fn=_not_wired("flash-attn"), tolerance=TOLERANCE,
+              unavailable=_missing("flash_attn", "flash-attn")),
+]
 
 
 # --------------------------------------------------------------------------------------------

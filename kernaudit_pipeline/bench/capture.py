@@ -22,6 +22,11 @@ Sub-commands (``python -m kernaudit_pipeline.bench.capture MODE ...``):
     of the Triton cache directory of the GEMM's clean and spilling configs (``triton_cache/``).
 ``metrics --listing QUERY.txt``
     The wanted ncu metrics that ``ncu --query-metrics`` lists on this host, comma-joined.
+``references --out trace.json [--shape KERNEL=SHAPE]``
+    Every reference of every kernel (``REFERENCES``: cuBLAS, ``_scaled_mm``, SDPA's backends,
+    FlashInfer...) at one shape under ``torch.profiler``, one ``record_function`` range each
+    (``kernaudit:<kernel>:<shape>:baseline[<key>]``), so the trace shows which library's kernels
+    each call dispatched to; a JSON summary of the kernel names per reference goes beside it.
 
 torch, triton and the standard library only.
 """
@@ -38,6 +43,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from kernaudit_pipeline.bench.records import reference_config_id
+from kernaudit_pipeline.bench.references import classify_kernels, references_of
 from kernaudit_pipeline.core.configs import config_id
 from kernaudit_pipeline.kernel_spec import KERNELS_DIR, kernel_files, load_kernel_module
 
@@ -169,7 +176,9 @@ def _prepared(targets: list[dict]) -> list[tuple[dict, Callable[[], object]]]:
         try:
             inputs = mod.make_inputs(shape, "cuda", 1000 + i)
             if t["config"] is None:
-                fn = (lambda m=mod, x=inputs: m.baseline(x))
+                ref = references_of(mod)[0]
+                prepared = ref.prepare(inputs) if ref.prepare is not None else inputs
+                fn = (lambda r=ref, x=prepared: r.fn(x))
             else:
                 res = mod.launch(inputs, t["config"])
                 fn = (lambda m=mod, x=inputs, c=t["config"], o=res: m.launch(x, c, out=o))
@@ -235,6 +244,71 @@ def mode_proton(targets: list[dict], iters: int, out_stem: Path) -> int:
         proton.finalize()
     print(f"[capture] proton profile of {len(ready)} targets -> {out_stem}.hatchet", flush=True)
     return 0
+
+
+def mode_references(out: Path, shape_overrides: dict[str, str], iters: int = 3) -> int:
+    """Each reference of each kernel at one shape under torch.profiler; the trace and a summary
+    of the GPU kernels each reference ran (``<out stem>.kernels.json``)."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile, record_function
+
+    ready = []
+    for path in kernel_files():
+        mod = load_kernel_module(path)
+        wanted = shape_overrides.get(path.stem) or shape_overrides.get(mod.NAME)
+        shape = next((s for s in mod.SHAPES if s.name == wanted), mod.SHAPES[0])
+        for ref in references_of(mod):
+            label = f"{NVTX_PREFIX}:{mod.NAME}:{shape.name}:{reference_config_id(ref.key)}"
+            why = ref.unavailable() if ref.unavailable is not None else None
+            if why:
+                print(f"[capture] skip {label}: {why}", flush=True)
+                continue
+            try:
+                inputs = mod.make_inputs(shape, "cuda", 7)
+                prepared = ref.prepare(inputs) if ref.prepare is not None else inputs
+                fn = (lambda r=ref, x=prepared: r.fn(x))
+                fn()
+                torch.cuda.synchronize()
+                ready.append((label, ref, fn))
+            except Exception as exc:  # recorded in the log; the other references go on
+                print(f"[capture] skip {label}: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}",
+                      flush=True)
+                torch.cuda.empty_cache()
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        for label, _, fn in ready:
+            with record_function(label):
+                for _ in range(iters):
+                    fn()
+                torch.cuda.synchronize()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    prof.export_chrome_trace(str(out))
+    summary = _kernels_by_range(json.loads(out.read_text()))
+    for label, ref, _ in ready:
+        kernels = summary.get(label, [])
+        print(f"[capture] {label}: {classify_kernels(kernels)} <- {[k for k, _ in kernels[:2]]}", flush=True)
+    out.with_suffix(".kernels.json").write_text(json.dumps(
+        {label: {"declared_backend": ref.backend, "ran": classify_kernels(summary.get(label, [])),
+                 "kernels": summary.get(label, [])[:5]} for label, ref, _ in ready}, indent=1))
+    return 0
+
+
+def _kernels_by_range(trace: dict) -> dict[str, list[tuple[str, float]]]:
+    """GPU kernels per ``record_function`` range of a chrome trace, by the correlation of each
+    kernel with the CPU launch inside the range's time span (largest total first)."""
+    events = trace.get("traceEvents", [])
+    ranges = [e for e in events if e.get("cat") == "user_annotation" and str(e.get("name", "")).startswith(NVTX_PREFIX)]
+    launches = {e.get("args", {}).get("correlation"): e for e in events
+                if e.get("cat") in ("cuda_runtime", "cuda_driver") and e.get("args", {}).get("correlation") is not None}
+    out: dict[str, dict[str, float]] = {}
+    for k in (e for e in events if e.get("cat") == "kernel"):
+        launch = launches.get(k.get("args", {}).get("correlation"))
+        if launch is None:
+            continue
+        for r in ranges:
+            if r["ts"] <= launch["ts"] <= r["ts"] + r.get("dur", 0):
+                bucket = out.setdefault(r["name"], {})
+                bucket[k["name"]] = bucket.get(k["name"], 0.0) + float(k.get("dur", 0.0))
+    return {name: sorted(v.items(), key=lambda kv: -kv[1]) for name, v in out.items()}
 
 
 def _ptxas_binary() -> str | None:
@@ -312,7 +386,7 @@ def wanted_metrics(listing: str) -> list[str]:
 
 def cli(argv: list[str]) -> int:
     p = argparse.ArgumentParser(prog=PROG)
-    p.add_argument("mode", choices=("plan", "run", "torch", "proton", "ptxas", "metrics"))
+    p.add_argument("mode", choices=("plan", "run", "torch", "proton", "ptxas", "metrics", "references"))
     p.add_argument("--jsonl", help="runner JSONL to pick the best configs from (plan)")
     p.add_argument("--targets", help="targets JSON written by plan")
     p.add_argument("--out", help="output file, stem or directory")
@@ -326,6 +400,8 @@ def cli(argv: list[str]) -> int:
         if args.mode == "metrics":
             print(",".join(wanted_metrics(Path(args.listing).read_text())))
             return 0
+        if args.mode == "references":
+            return mode_references(Path(args.out), dict(s.split("=", 1) for s in args.shape), args.iters)
         if args.mode == "plan":
             rows = _read_jsonl(Path(args.jsonl)) if args.jsonl and Path(args.jsonl).exists() else []
             overrides = dict(s.split("=", 1) for s in args.shape)

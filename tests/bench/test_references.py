@@ -69,3 +69,19 @@ def test_references_contract_is_enforced():
                       Reference("a", "b", None, lambda x: x, tol)]
     with pytest.raises(ValueError, match="duplicate"):
         references_of(mod)
+
+
+@pytest.mark.skipif(not TRACE.exists(), reason="committed H200 trace not present")
+def test_kernels_are_attributed_to_their_profiler_ranges():
+    """The committed trace's baseline ranges: cuBLAS for both GEMM references (row-wise fp8
+    ``_scaled_mm`` ran cuBLASLt's outer-vector-scaled nvjet kernel with torch 2.11 + CUDA 13.0,
+    not a CUTLASS one), cuDNN for SDPA's default dispatch."""
+    from kernaudit_pipeline.bench.capture import _kernels_by_range
+
+    ranges = _kernels_by_range(json.loads(TRACE.read_text()))
+    ran = {name.split(":")[1]: classify_kernels(k) for name, k in ranges.items() if name.endswith(":baseline")}
+    assert ran["gemm_bf16"] == ran["fused_fp8_gemm"] == "cuBLAS (nvjet)"
+    assert ran["flash_attention_fwd"] == "cuDNN"
+    fp8 = next(k for name, k in ranges.items() if name.startswith("kernaudit:fused_fp8_gemm") and name.endswith("baseline"))
+    assert "ovscale" in fp8[0][0]
+    assert any(name.endswith("BK64_BM128_BN256_GM8_s3_w8") and k[0][0] == "gemm_kernel" for name, k in ranges.items())

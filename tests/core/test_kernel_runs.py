@@ -18,7 +18,7 @@ def row(i, **kw):
 def test_seed_fields_are_columns_and_units_are_named():
     assert set(SEED_FIELDS) <= set(COLUMNS)
     for col in COLUMNS:
-        if "latency" in col or col.startswith("baseline_") and col != "baseline_name":
+        if "latency" in col or col.startswith("baseline_") and col not in ("baseline_name", "baseline_backend"):
             assert col.endswith("_us") or col == "latency_samples"
         if ("spill" in col and "requests" not in col or "shared_mem" in col) and "occupancy_limit" not in col:
             assert col.endswith("_bytes"), col

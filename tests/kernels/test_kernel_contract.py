@@ -212,15 +212,21 @@ def test_swiglu_space_has_spills_and_smem_overflows_to_rank() -> None:
     assert len(swiglu.SHAPES) == 4 and len({(s["N"], s["K"]) for s in swiglu.SHAPES}) == 1
 
 
-def test_fp8_baseline_name_reports_the_path_taken() -> None:
+def test_fp8_references_are_the_bf16_layer_and_scaled_mm_on_the_same_values() -> None:
+    """Both references compute the kernel's GEMM from the same quantized values and pass their
+    own tolerance against the fp32 reference (torch runs both on the CPU too)."""
     fp8 = _mod("fp8_gemm")
-    name = fp8.baseline_name("cpu")
-    assert name in (fp8.SCALED_MM, fp8.UNFUSED)
     inputs = fp8.make_inputs(Shape("t", {"M": 32, "N": 16, "K": 64}), "cpu", 1)
     ref = fp8.reference(inputs)
-    out = fp8.baseline(inputs)
-    assert out.dtype == torch.bfloat16
-    assert float((out.float() - ref).norm() / ref.norm()) <= fp8.TOLERANCE.max_rel_l2
+    primary, scaled = fp8.REFERENCES
+    assert primary.key is None and primary.name == fp8.BASELINE_NAME and scaled.key == "scaled_mm_rowwise"
+    prepared = primary.prepare(inputs)
+    assert prepared["a"].dtype == prepared["b"].dtype == torch.bfloat16
+    for r, x in ((primary, prepared), (scaled, inputs)):
+        out = r.fn(x)
+        assert out.dtype == torch.bfloat16
+        assert float((out.float() - ref).norm() / ref.norm()) <= r.tolerance.max_rel_l2
+    assert torch.equal(fp8.baseline(inputs), primary.fn(prepared))
 
 
 # One clean, cheap config per kernel, compiled for sm_90 at a real shape.

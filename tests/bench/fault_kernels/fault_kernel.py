@@ -67,7 +67,8 @@ def _slow(inputs: dict):
 
 REFERENCES = [
     Reference(key=None, name=BASELINE_NAME, backend="torch (CPU)", fn=baseline, tolerance=TOLERANCE),
-    Reference(key="slow", name="torch add chain", backend="torch (CPU)", fn=_slow, tolerance=TOLERANCE),
+    Reference(key="slow", name="torch add chain", backend="torch (CPU)", fn=_slow, tolerance=TOLERANCE,
+              prepare=lambda inputs: {"x": inputs["x"].clone()}),
     Reference(key="absent", name="a library this host lacks", backend=None, fn=baseline,
               tolerance=TOLERANCE, unavailable=lambda: "absent_library is not installed"),
 ]
