@@ -49,7 +49,20 @@ class CudaBackend:
         self.clock = ClockReader.open(uuid=str(getattr(props, "uuid", "") or "") or None,
                                       index=torch.cuda.current_device())
         self.guard = ClockGuard(self.clock.max_mhz if self.clock else None, clock_fraction)
-        self.flush_us = float(np.median(self.time_calls([lambda: None] * 5)))
+        self.flush_us = self._flush_us()
+
+    def _flush_us(self, repeats: int = 5) -> float:
+        """What one L2 flush costs (it sits between the samples of a pair, outside the events)."""
+        torch = self.torch
+        times = []
+        for _ in range(repeats):
+            s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            s.record()
+            self.flush_buf.zero_()
+            e.record()
+            e.synchronize()
+            times.append(1000.0 * s.elapsed_time(e))
+        return float(np.median(times))
 
     def sync(self) -> None:
         self.torch.cuda.synchronize()
