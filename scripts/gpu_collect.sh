@@ -15,7 +15,8 @@
 #              torch_trace.json, proton.hatchet
 #   smoke      a quick pass over every kernel (2 configs, first shape) to catch bugs -> smoke.jsonl
 #
-# Every call also writes log_<modes>.txt and extras_<modes>.tar.gz (ncu listing, capture plan,
+# A repeat that would start with under 150 s left, or captures under 120 s, is skipped and the
+# log says so (run that mode in the next call). Every call also writes log_<modes>.txt and extras_<modes>.tar.gz (ncu listing, capture plan,
 # ptxas logs, FlashInfer JIT log, nvidia-smi -q). A failing step never stops the others. The
 # whole call ends inside BUDGET_S (default 530 s); each step gets a share of what is left.
 # Wheels in .whl/ (FlashInfer and its tvm-ffi) are installed into /tmp/site first. Needs python3
@@ -90,6 +91,10 @@ mode_main() {
 
 mode_repeat() {
   local n=$1
+  if (( $(left) < 150 )); then
+    echo "== repeat $n SKIPPED: $(left) s left, a repeat needs about 150 s; run 'repeat:$n' in the next call"
+    return
+  fi
   echo "== repeat $n: ${REPEAT_KERNELS[*]} at ${REPEAT_SHAPES[*]} (left $(left) s)"
   "$PY" -m kernaudit_pipeline.bench.runner "${REPEAT_KERNELS[@]}" --shapes "${REPEAT_SHAPES[@]}" --no-peaks \
     --out "$OUT/repeat_$n.jsonl" "${RUN_ARGS[@]}" --deadline-s "$(budget 240 20)"
@@ -105,6 +110,10 @@ mode_smoke() {
 
 mode_captures() {
   local have_ncu=0 plan_from="$OUT/bench_h200.jsonl"
+  if (( $(left) < 120 )); then
+    echo "== captures SKIPPED: $(left) s left, they need about 120 s"
+    return
+  fi
   [[ -f "$plan_from" ]] || plan_from="samples/h200/bench_h200.jsonl"
   echo "== capture plan from $plan_from (left $(left) s)"
   "$PY" -m kernaudit_pipeline.bench.capture plan --jsonl "$plan_from" --out "$EXTRA/capture_targets.json"
