@@ -242,8 +242,12 @@ TOLERANCE = Tolerance(max_rel_l2=2e-2, atol=3e-2, rtol=3e-2)
 #   cuBLASLt's nvjet_sm90_qqtst_..._ovscale kernel); the runner profiles it and records the
 #   kernel that actually ran.
 REFERENCES = [
+    # Rounding both operands to bf16 (unit roundoff 2^-9 each) leaves an absolute error of
+    # about 2^-8 * |a_row| * |b_col| per output, not proportional to the output itself: near-zero
+    # outputs of the 4x-magnitude tokens then miss an atol of 3e-2 (78 of 67M elements did on the
+    # H200 at 8192^3, rel L2 2.9e-3). atol is sized for those rows; rel L2 stays as strict.
     Reference(key=None, name=BF16_MATMUL, backend="cuBLAS", fn=bf16_matmul,
-              tolerance=Tolerance(max_rel_l2=2e-2, atol=3e-2, rtol=3e-2), prepare=bf16_operands),
+              tolerance=Tolerance(max_rel_l2=2e-2, atol=1e-1, rtol=3e-2), prepare=bf16_operands),
     Reference(key="scaled_mm_rowwise", name=SCALED_MM, backend="CUTLASS f8f8bf16_rowwise or cuBLASLt (profiled)",
               fn=scaled_mm, tolerance=TOLERANCE),
 ]
