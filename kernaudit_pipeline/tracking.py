@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import importlib.metadata
 import json
-import math
 import os
 import re
 import tempfile
@@ -26,6 +25,7 @@ import pandas as pd
 
 from kernaudit_pipeline.audit_report import ReportFiles, ReportInputs, best_per_group
 from kernaudit_pipeline.audit_report.formatting import jsonable
+from kernaudit_pipeline.core.values import finite_float
 
 PARAM_COLUMNS = ("config_id", "block_m", "block_n", "block_k", "group_m", "num_warps", "num_stages",
                  "device_name", "compute_capability", "triton_version", "torch_version", "dtype", "baseline_name")
@@ -50,14 +50,6 @@ def run_url(run_id: str, experiment_id: str | None = None, base_url: str | None 
 def _key(text: str) -> str:
     """A valid MLflow param or metric key."""
     return re.sub(r"[^A-Za-z0-9_\-./ ]", "_", text)[:250]
-
-
-def _finite(value: object) -> float | None:
-    try:
-        f = float(value)
-    except (TypeError, ValueError):
-        return None
-    return f if math.isfinite(f) else None
 
 
 def _version(dist: str) -> str:
@@ -113,11 +105,11 @@ def child_runs(inputs: ReportInputs) -> list[ChildRun]:
         row = chosen.iloc[0] if len(chosen) else (best_row if best_row is not None else None)
         metrics = {}
         if row is not None:
-            metrics = {c: _finite(row.get(c)) for c in METRIC_COLUMNS if c in row}
+            metrics = {c: finite_float(row.get(c)) for c in METRIC_COLUMNS if c in row}
         if decision:
-            metrics.update({c: _finite(decision.get(c)) for c in DECISION_METRICS})
+            metrics.update({c: finite_float(decision.get(c)) for c in DECISION_METRICS})
             for ref in decision.get("baselines") or []:
-                value = _finite(ref.get("speedup"))
+                value = finite_float(ref.get("speedup"))
                 if value is not None and ref.get("name"):
                     metrics[_key(f"speedup_vs.{ref['name']}")] = value
         metrics["configs_judged"] = float(len(rows))

@@ -17,6 +17,8 @@ from types import MappingProxyType
 
 import pandas as pd
 
+from kernaudit_pipeline.core.values import is_missing
+
 
 def md_escape(value: object) -> str:
     """Neutralize Markdown/HTML metacharacters in trace-provided strings."""
@@ -27,7 +29,8 @@ def md_escape(value: object) -> str:
 
 
 def is_blank(value: object) -> bool:
-    return value is None or value is pd.NA or (isinstance(value, float) and math.isnan(value))
+    """None, NaN, NA: nothing to show (core.values.is_missing)."""
+    return is_missing(value)
 
 
 def esc(value: object) -> str:
