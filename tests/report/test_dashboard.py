@@ -139,15 +139,24 @@ def test_trace_names_are_escaped_everywhere(tmp_path):
 
 
 def test_regressions_section_when_history_is_given(inputs, tmp_path):
-    regressions = pd.DataFrame([{"kernel_name": "gemm_bf16", "config_id": "c", "shape_name": "s",
-                                 "device_name": "NVIDIA H200", "kind": "slower", "reference_run_id": "r0",
-                                 "latency_us": 110.0, "reference_latency_us": 100.0, "delta_us": 10.0,
-                                 "delta_pct": 10.0, "latency_ci_low_us": 109.0, "latency_ci_high_us": 111.0,
-                                 "reference_ci_low_us": 99.0, "reference_ci_high_us": 101.0, "ci_separated": True,
-                                 "status": "IMPROVED", "reference_status": "IMPROVED"}])
+    from dataclasses import asdict
+
+    from kernaudit_pipeline.history import Confirmation, Regression, RegressionKind
+
+    found = Regression(kernel_name="gemm_bf16", config_id="c", shape_name="s", device_name="NVIDIA H200",
+                       kind=RegressionKind.SLOWER, reference_run_id="r0", latency_us=110.0,
+                       reference_latency_us=100.0, delta_us=10.0, delta_pct=10.0, latency_ci_low_us=109.0,
+                       latency_ci_high_us=111.0, reference_ci_low_us=99.0, reference_ci_high_us=101.0,
+                       ci_separated=True, status="IMPROVED", reference_status="IMPROVED", speedup=0.91,
+                       speedup_ci_low=0.9, speedup_ci_high=0.92, reference_speedup=1.0, reference_speedup_ci_low=0.99,
+                       reference_speedup_ci_high=1.01, confirmation=Confirmation.CONFIRMED, remeasured_speedup=0.905,
+                       remeasured_ci_low=0.9, remeasured_ci_high=0.91, confirmation_note="re-timed: still slower")
+    regressions = pd.DataFrame([asdict(found)])  # what history.Comparison.frame() hands over
     files = write_report(audit_report.ReportInputs(**{**inputs.__dict__, "history": regressions}), tmp_path)
-    assert "1 regressions against the accepted audit <code>r0</code>" in files.html.read_text()
-    assert "| slower | gemm\\_bf16 |" in files.markdown.read_text()
+    html = files.html.read_text()
+    assert "1 regressions against the accepted audit <code>r0</code>" in html and "1 confirmed by a re-measure" in html
+    assert "0.905<span class=\"ci\">[0.900, 0.910]</span>" in html
+    assert "| confirmed | slower | gemm\\_bf16 |" in files.markdown.read_text()
     assert (tmp_path / "regressions.csv").exists()
 
 
