@@ -27,6 +27,20 @@ DEFAULT_SWEEPS = [ROOT / "samples" / "h200" / "bench_h200.jsonl"]
 CALIBRATION_KERNELS = ["gemm", "fp8_gemm", "flash_attention", "paged_decode_attention"]
 
 
+def _plain(path: Path, scratch: Path) -> Path:
+    """A .gz file (gpu_rank.sh compresses large sweeps) unpacked into ``scratch``, under its
+    name without .gz (the name identifies the run); anything else as it is."""
+    import gzip
+    import shutil
+
+    if path.suffix != ".gz":
+        return path
+    out = scratch / path.with_suffix("").name
+    with gzip.open(path, "rb") as src, out.open("wb") as dst:
+        shutil.copyfileobj(src, dst)
+    return out
+
+
 def _fmt(x: float) -> str:
     return "-" if not math.isfinite(x) else f"{x:.3f}"
 
@@ -147,6 +161,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--search-run", type=Path, default=None,
                         help="the JSONL that kernaudit bench --search wrote (with --search-summary)")
     args = parser.parse_args(argv)
+    import tempfile
+    scratch = tempfile.TemporaryDirectory(prefix="rank-validate-")
+    args.sweeps = [_plain(p, Path(scratch.name)) for p in args.sweeps]
+    if args.search_run:
+        args.search_run = _plain(args.search_run, Path(scratch.name))
 
     from kernaudit_pipeline.rank import fit
     from kernaudit_pipeline.rank.model import CALIBRATION_FILE

@@ -63,6 +63,24 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                    help="first shape of each kernel, fewer samples and blocks, shorter caps")
     p.add_argument("--kernels-dir", default=str(KERNELS_DIR),
                    help="folder of kernel modules (default: the project's kernels/)")
+    # search mode (bench/search.py over rank/search.py)
+    p.add_argument("--search", action="store_true",
+                   help="measure one KERNEL's configs in the static cost model's predicted order and stop "
+                        "when no unmeasured config can plausibly beat the best measured one")
+    p.add_argument("--ranking", default=None, metavar="FILE",
+                   help="--search: the JSON of kernaudit rank KERNEL --json to follow (default: rank here, "
+                        "which compiles the space on this host's CPU)")
+    p.add_argument("--search-summary", default=None, metavar="FILE",
+                   help="--search: write a JSON summary per shape here (measured, why it stopped, the pick, "
+                        "ties, GPU-seconds)")
+    p.add_argument("--search-initial", type=int, default=8,
+                   help="--search: configs measured before the stop rule is first asked (default 8)")
+    p.add_argument("--search-batch", type=int, default=8,
+                   help="--search: configs measured per worker run after that (default 8)")
+    p.add_argument("--search-max-fraction", type=float, default=1.0,
+                   help="--search: never measure more than this share of the candidates (default 1.0)")
+    p.add_argument("--search-stated-error", type=float, default=None,
+                   help="--search: the model's error to allow (default: the one the ranking states)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -70,6 +88,10 @@ def run(args: argparse.Namespace) -> int:
     from kernaudit_pipeline.cli.errors import UserError
 
     try:
+        if args.search:
+            from kernaudit_pipeline.bench.search import run_search
+
+            return run_search(args, list(sys.argv[1:]))
         return run_bench(args, list(sys.argv[1:]))
     except BenchError as exc:
         raise UserError(str(exc)) from None

@@ -1,0 +1,179 @@
+"""``kernaudit bench --search``: measure only what the cost model cannot rule out.
+
+Thin glue between the measuring plan (``kernaudit_pipeline.rank.search``) and the runner's
+public steps (plan, precompile, ``run_group``): for each shape, the configs are taken in the
+order the static cost model predicted (``kernaudit rank KERNEL --json``, passed with
+``--ranking``, or computed here when absent), measured a batch at a time by the runner's own
+workers (paired against the primary reference, as in a full sweep), and the search stops when
+no unmeasured config can plausibly beat the best measured one.
+
+It writes the runner's JSONL rows (the same schema as a full sweep) to ``--out``, and a
+summary per shape to ``--search-summary``: what was measured, why it stopped, the best config
+with its paired speedup and CI, the configs tied with it, and the GPU-seconds spent (checks and
+timing loops of every row written, references included), which is what an exhaustive sweep of
+the same space is compared against.
+
+Runs on the GPU host: torch, triton, numpy and the standard library.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import tempfile
+import time
+from dataclasses import replace
+from pathlib import Path
+
+from kernaudit_pipeline.bench.runner import BenchError, device_info, options_from, resolve, select
+from kernaudit_pipeline.bench.summary import summary_record
+from kernaudit_pipeline.bench.supervisor import Group, Sweep, plan_failure_row, precompile, run_group
+from kernaudit_pipeline.core.values import json_safe
+from kernaudit_pipeline.rank.search import (
+    Candidate, Observation, SearchSettings, observation_from_row, row_gpu_seconds, search_batched,
+)
+
+DEFAULT_STATED_ERROR = 0.2
+
+
+def load_ranking(path: Path, kernel_name: str) -> tuple[dict[str, list[Candidate]], float | None]:
+    """``kernaudit rank --json`` output: candidates per shape (best first) and the model's
+    stated error."""
+    try:
+        payload = json.loads(Path(path).read_text())
+    except (OSError, ValueError) as exc:
+        raise BenchError(f"--ranking {path}: not a readable ranking ({type(exc).__name__})") from None
+    if not isinstance(payload, list):
+        raise BenchError(f"--ranking {path}: expected the JSON list kernaudit rank --json prints")
+    out: dict[str, list[Candidate]] = {}
+    stated = None
+    for item in payload:
+        if not isinstance(item, dict) or item.get("kernel_name") != kernel_name:
+            continue
+        ranked = item.get("ranked") or []
+        try:
+            out[str(item["shape_name"])] = [Candidate(str(r["config_id"]), float(r["predicted_us"]))
+                                            for r in ranked]
+        except (KeyError, TypeError, ValueError):
+            raise BenchError(f"--ranking {path}: a ranked entry lacks config_id or predicted_us") from None
+        if isinstance(item.get("stated_error"), (int, float)):
+            stated = float(item["stated_error"])
+    if not out:
+        raise BenchError(f"--ranking {path} ranks nothing for {kernel_name}")
+    return out, stated
+
+
+def compute_ranking(stem: str) -> tuple[dict[str, list[Candidate]], float]:
+    """Rank here, with the static cost model (the static audit compiles on this host's CPU)."""
+    from kernaudit_pipeline.rank.ranking import rank_kernels
+
+    report = rank_kernels([stem])
+    if report.failures:
+        raise BenchError(f"cannot rank {stem}: {report.failures[0].reason}")
+    out = {r.shape_name: [Candidate(x.config_id, x.predicted_us) for x in r.ranked] for r in report.rankings}
+    return out, report.rankings[0].stated_error if report.rankings else DEFAULT_STATED_ERROR
+
+
+def settings_from(args, stated: float) -> SearchSettings:
+    if args.search_initial < 1 or args.search_batch < 1:
+        raise BenchError("--search-initial and --search-batch must be at least 1")
+    if not 0 < args.search_max_fraction <= 1:
+        raise BenchError("--search-max-fraction must be in (0, 1]")
+    if not (stated >= 0 and stated < 10):
+        raise BenchError("--search-stated-error must be a fraction >= 0 (0.2 = 20 %)")
+    return SearchSettings(stated_error=stated, initial=args.search_initial, batch=args.search_batch,
+                          max_fraction=args.search_max_fraction)
+
+
+def run_search(args, argv: list[str]) -> int:
+    options = options_from(args)
+    started_wall = time.time()
+    deadline = time.monotonic() + (args.deadline_s if args.deadline_s else 10 * 86400)
+    if len(args.kernels) != 1:
+        raise BenchError("--search takes exactly one KERNEL")
+    settings_from(args, args.search_stated_error if args.search_stated_error is not None else DEFAULT_STATED_ERROR)
+    with tempfile.TemporaryDirectory(prefix="kernaudit-search-") as tmp:
+        work = Path(tmp)
+        plans, failures = resolve(list(args.kernels), Path(args.kernels_dir), work, options.timeout_s, deadline)
+        if failures:
+            raise BenchError(failures[0].message)
+        groups = select(plans, args)
+        if not groups:
+            raise BenchError("no (kernel, shape) pairs match the filters")
+        (group,) = groups
+        plan = group.plan
+        if args.ranking:
+            ranking, stated = load_ranking(Path(args.ranking), plan.name)
+        else:
+            ranking, stated = compute_ranking(plan.stem)
+        stated = args.search_stated_error if args.search_stated_error is not None else (stated or DEFAULT_STATED_ERROR)
+        device = device_info(options)
+        out = Path(args.out)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text("")
+        sweep = Sweep(out=out, options=options, deadline=deadline, work_dir=work,
+                      driver_version=device.driver_version, device=device)
+        settings = settings_from(args, stated)
+        jobs = args.jobs if args.jobs is not None else 12
+        summaries = []
+        batches = {"n": 0}
+        for shape in group.shapes:
+            allowed = set(group.configs)
+            candidates = [c for c in ranking.get(shape, []) if c.config_id in allowed]
+            if not candidates:
+                print(f"[search] {plan.name} {shape}: the ranking has no candidates; skipped", flush=True)
+                continue
+            first_row = len(sweep.rows)
+            probed = {"done": False}
+
+            def measure(ids: list[str]) -> list[Observation]:
+                batch = Group(plan, [shape], list(ids))
+                # each worker run gets its own folder: the supervisor names its files by kernel
+                # and attempt, which repeat from one batch to the next
+                batches["n"] += 1
+                sweep.work_dir = work / f"batch{batches['n']}"
+                sweep.work_dir.mkdir()
+                if args.precompile_s > 0:  # 0: Triton's cache is warm (an exhaustive sweep ran first)
+                    precompile([batch], sweep, jobs, args.precompile_s)
+                before = len(sweep.rows)
+                # the reference's library is probed once per shape, not once per batch
+                sweep.options = replace(options, probe_backends=options.probe_backends and not probed["done"])
+                run_group(batch, sweep)
+                probed["done"] = True
+                rows = {r.get("config_id"): r for r in sweep.rows[before:]
+                        if r.get("record_type") == "run" and r.get("shape_name") == shape}
+                return [observation_from_row(rows[i]) if i in rows
+                        else Observation.failed(i, 0.0, "no row written") for i in ids]
+
+            t0 = time.monotonic()
+            result = search_batched(candidates, measure, settings)
+            rows = sweep.rows[first_row:]
+            best = result.best
+            summaries.append({
+                "record_type": "search", "kernel_name": plan.name, "shape_name": shape,
+                "candidates": result.candidates, "measured": len(result.measured),
+                "measured_config_ids": [o.config_id for o in result.measured],
+                "stop_reason": result.stop_reason.name, "stop_reason_text": result.stop_reason.value,
+                "best_config_id": best.config_id if best else None,
+                "best_speedup": best.speedup if best else None,
+                "best_speedup_ci": [1.0 / best.ci_high, 1.0 / best.ci_low] if best and best.speedup else None,
+                "best_latency_us": best.latency_us if best else None,
+                "tied_config_ids": result.tied, "stated_error": stated,
+                "gpu_seconds": sum(row_gpu_seconds(r) for r in rows),
+                "gpu_seconds_runs": result.gpu_seconds, "wall_s": time.monotonic() - t0,
+                "settings": {"initial": settings.initial, "batch": settings.batch, "z": settings.z,
+                             "prior_weight": settings.prior_weight, "tie_margin": settings.tie_margin,
+                             "max_fraction": settings.max_fraction},
+            })
+            s = summaries[-1]
+            print(f"[search] {plan.name} {shape}: {s['measured']}/{s['candidates']} measured, "
+                  f"{s['gpu_seconds']:.1f} GPU-s, best {s['best_config_id']} ({result.stop_reason.value})",
+                  flush=True)
+        sweep.options = options
+        summary = summary_record(sweep, started_wall, argv, args.deadline_s, [plan.name], list(group.shapes))
+        sweep.emit(summary)
+    if args.search_summary:
+        Path(args.search_summary).write_text(json.dumps(json_safe(summaries), indent=1) + "\n")
+    print(f"[search] wrote {len(sweep.rows)} rows to {out}"
+          + (f" and {len(summaries)} shape summaries to {args.search_summary}" if args.search_summary else ""))
+    return 0
