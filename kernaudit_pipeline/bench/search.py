@@ -30,10 +30,15 @@ from kernaudit_pipeline.bench.summary import summary_record
 from kernaudit_pipeline.bench.supervisor import Group, Sweep, plan_failure_row, precompile, run_group
 from kernaudit_pipeline.core.values import json_safe
 from kernaudit_pipeline.rank.search import (
-    Candidate, Observation, SearchSettings, observation_from_row, row_gpu_seconds, search_batched,
+    Candidate, Observation, SearchResult, SearchSettings, conclude, observation_from_row,
+    row_gpu_seconds, search_batched,
 )
 
 DEFAULT_STATED_ERROR = 0.2
+
+
+class _DeadlineReached(Exception):
+    """The sweep's --deadline-s passed: the search ends where it is."""
 
 
 def load_ranking(path: Path, kernel_name: str) -> tuple[dict[str, list[Candidate]], float | None]:
@@ -72,6 +77,13 @@ def compute_ranking(stem: str) -> tuple[dict[str, list[Candidate]], float]:
         raise BenchError(f"cannot rank {stem}: {report.failures[0].reason}")
     out = {r.shape_name: [Candidate(x.config_id, x.predicted_us) for x in r.ranked] for r in report.rankings}
     return out, report.rankings[0].stated_error if report.rankings else DEFAULT_STATED_ERROR
+
+
+def _partial(candidates: list[Candidate], rows: list[dict], shape: str) -> SearchResult:
+    """What a search cut short by the deadline had measured, as a result."""
+    measured = [observation_from_row(r) for r in rows
+                if r.get("record_type") == "run" and r.get("shape_name") == shape]
+    return conclude(SearchResult(candidates=len(candidates), measured=measured))
 
 
 def settings_from(args, stated: float) -> SearchSettings:
@@ -127,6 +139,8 @@ def run_search(args, argv: list[str]) -> int:
             probed = {"done": False}
 
             def measure(ids: list[str]) -> list[Observation]:
+                if time.monotonic() >= deadline:
+                    raise _DeadlineReached
                 batch = Group(plan, [shape], list(ids))
                 # each worker run gets its own folder: the supervisor names its files by kernel
                 # and attempt, which repeat from one batch to the next
@@ -146,14 +160,19 @@ def run_search(args, argv: list[str]) -> int:
                         else Observation.failed(i, 0.0, "no row written") for i in ids]
 
             t0 = time.monotonic()
-            result = search_batched(candidates, measure, settings)
+            try:
+                result = search_batched(candidates, measure, settings)
+                stop_name, stop_text = result.stop_reason.name, result.stop_reason.value
+            except _DeadlineReached:
+                result = _partial(candidates, sweep.rows[first_row:], shape)
+                stop_name, stop_text = "DEADLINE", "the sweep's --deadline-s passed"
             rows = sweep.rows[first_row:]
             best = result.best
             summaries.append({
                 "record_type": "search", "kernel_name": plan.name, "shape_name": shape,
                 "candidates": result.candidates, "measured": len(result.measured),
                 "measured_config_ids": [o.config_id for o in result.measured],
-                "stop_reason": result.stop_reason.name, "stop_reason_text": result.stop_reason.value,
+                "stop_reason": stop_name, "stop_reason_text": stop_text,
                 "best_config_id": best.config_id if best else None,
                 "best_speedup": best.speedup if best else None,
                 "best_speedup_ci": [1.0 / best.ci_high, 1.0 / best.ci_low] if best and best.speedup else None,
@@ -167,7 +186,7 @@ def run_search(args, argv: list[str]) -> int:
             })
             s = summaries[-1]
             print(f"[search] {plan.name} {shape}: {s['measured']}/{s['candidates']} measured, "
-                  f"{s['gpu_seconds']:.1f} GPU-s, best {s['best_config_id']} ({result.stop_reason.value})",
+                  f"{s['gpu_seconds']:.1f} GPU-s, best {s['best_config_id']} ({stop_text})",
                   flush=True)
         sweep.options = options
         summary = summary_record(sweep, started_wall, argv, args.deadline_s, [plan.name], list(group.shapes))

@@ -194,9 +194,15 @@ def search_batched(candidates: Sequence[Candidate],
         index += len(chunk)
     else:
         result.stop_reason = StopReason.EXHAUSTED
-    ok = [o for _, o in done if o.ok]
-    if not ok:
+    if not any(o.ok for _, o in done):
         result.stop_reason = StopReason.NOTHING_WORKS
+    return conclude(result)
+
+
+def conclude(result: SearchResult) -> SearchResult:
+    """Name the best of what was measured, and the configs whose CIs overlap its own (ties)."""
+    ok = [o for o in result.measured if o.ok]
+    if not ok:
         return result
     result.best = min(ok, key=lambda o: o.value)
     result.tied = [o.config_id for o in sorted(ok, key=lambda o: o.value)

@@ -92,3 +92,12 @@ def test_bad_search_options_are_one_line_exit_2(tmp_path, extra, needle):
     proc, _, _ = _search(tmp_path, _ranking(tmp_path / "r.json", "right"), *extra)
     assert proc.returncode == 2 and needle in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_the_deadline_ends_the_search_with_what_it_has(tmp_path):
+    proc, rows, summaries = _search(tmp_path, _ranking(tmp_path / "w.json", "wrong"), "--deadline-s", "30")
+    assert proc.returncode == 0, proc.stderr
+    (s,) = summaries
+    assert s["stop_reason"] == "DEADLINE" and 0 < s["measured"] < 24
+    ids = [r["config_id"] for r in rows if r["record_type"] == "run" and r["run_status"] != "NOT_RUN"]
+    assert s["best_config_id"] in ids
