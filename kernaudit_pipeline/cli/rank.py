@@ -24,7 +24,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="GPU to predict for, by name (default: NVIDIA H200); sets the compile target")
     parser.add_argument("--calibration", type=Path, default=None,
                         help="cost-model calibration JSON (default: the one shipped with kernaudit)")
-    add_common(parser)
+    add_common(parser, arch=False)
 
 
 def _table(ranking, top: int) -> str:

@@ -8,12 +8,14 @@ from pathlib import Path
 from kernaudit_pipeline.cli.errors import UserError
 
 
-def add_common(parser: argparse.ArgumentParser) -> None:
-    """Options ``kernaudit static`` and ``kernaudit rank`` share."""
+def add_common(parser: argparse.ArgumentParser, *, arch: bool = True) -> None:
+    """Options ``kernaudit static`` and ``kernaudit rank`` share (rank takes its compile target
+    from the GPU it predicts for, so it has no --arch)."""
     from kernaudit_pipeline.static_resources.results import ARCHS  # noqa: PLC0415 - stdlib only
 
-    parser.add_argument("--arch", default="sm_90", choices=list(ARCHS),
-                        help="compile target (default sm_90, the H100/H200)")
+    if arch:
+        parser.add_argument("--arch", default="sm_90", choices=list(ARCHS),
+                            help="compile target (default sm_90, the H100/H200)")
     parser.add_argument("--timeout-s", type=float, default=300.0,
                         help="seconds allowed for each compile and for a compile worker to start (default 300)")
     parser.add_argument("--module-timeout-s", type=float, default=None,
