@@ -35,12 +35,10 @@ from kernaudit_pipeline.core.values import finite_float as _num
 from kernaudit_pipeline.core.values import is_missing
 from kernaudit_pipeline.core.verdicts import FAILED_RUN_STATUSES as _FAILED
 from kernaudit_pipeline.core.verdicts import DataKind, RunStatus, Status
+from kernaudit_pipeline.kernel_runs import MAX_LATENCY_US, MIN_LATENCY_US
 
 DEFAULT_NOISE_BAND = 0.02
-# Physical bounds of one kernel launch: nothing runs in under a nanosecond, and a single launch
-# timed for over an hour is a unit error or a corrupt trace, not a kernel.
-MIN_LATENCY_US = 1e-3
-MAX_LATENCY_US = 3.6e9
+# Physical bounds of one kernel launch (1 ns to 1 h): kernel_runs' schema holds them.
 
 # run_status values that mean "this config did not produce a trustworthy result"
 FAILED_RUN_STATUSES = frozenset(str(s) for s in _FAILED)
@@ -87,6 +85,8 @@ class Verdict:
 def _bad_time(value: object, name: str) -> str | None:
     """Why a latency cannot be used, or None."""
     v = _num(value)
+    if v is None and name == "baseline_us" and is_missing(value):
+        return "no baseline: the source timed none for this kernel"
     if v is None:
         return f"invalid {name} ({value!r})"
     if v <= 0:
@@ -196,7 +196,8 @@ def status_counts(frame: pd.DataFrame) -> dict[str, int]:
 
 # Sources that describe a launch but time no baseline: their rows are evidence
 # for the benchmark row of the same (kernel, shape, config), not candidates.
-PROFILER_FORMATS = frozenset({"ncu_raw", "ncu_details", "torch_trace", "proton", "ptxas_log", "triton_cache"})
+PROFILER_FORMATS = frozenset({"ncu_raw", "ncu_details", "ncu_rep", "torch_trace", "proton", "ptxas_log",
+                              "triton_cache"})
 EVIDENCE_COLUMNS = (
     "local_spill_requests", "local_memory_bytes", "stall_lg_throttle_pct", "stall_long_scoreboard_pct",
     "sm_throughput_pct", "memory_throughput_pct", "achieved_occupancy_pct", "ncu_occupancy_limit_registers",
@@ -212,7 +213,10 @@ class RowRole(StrEnum):
 
 
 def row_role(row: dict | pd.Series) -> RowRole:
-    if str(row.get("source_format")) in PROFILER_FORMATS:
+    # A profiler row of a kernels/ module is evidence for that module's benchmark row; a
+    # profiler row of someone else's kernel (no kernel_module) is a candidate of its own.
+    module = row.get("kernel_module")
+    if str(row.get("source_format")) in PROFILER_FORMATS and isinstance(module, str) and module.strip():
         return RowRole.PROFILER
     if str(row.get("config_id") or "").startswith("baseline"):
         return RowRole.BASELINE

@@ -62,6 +62,10 @@ def read_kernel_runs_csv(path: Path, source_format: str = "synthetic") -> list[d
     return rows
 
 
+def _blank(value: object) -> bool:
+    return isinstance(value, float) and value != value
+
+
 # The committed H200 capture the embedded default audits. Left out on purpose:
 # ncu_raw_nvtx_named.csv (the same launches as ncu_raw.csv, named by NVTX range),
 # bench_h200_gemm_noprune.jsonl (the pruning comparison of docs/benchmarks.md,
@@ -108,11 +112,13 @@ def read_files(files: list[Path], mode: TraceMode, note: str) -> RawTraces:
             other.append(path)
     if other:
         result = ingest_paths(other)
-        rows += list(result.rows)
+        rows += [{k: (None if _blank(v) else v) for k, v in r.items()} for r in result.rows.to_dict("records")]
         quarantine += list(result.quarantine)
         rules += list(result.rules)
         peaks += list(result.peaks)
         summaries += list(result.summaries)
+        # an input that could not be read is listed beside the others, with its reason
+        summaries += [FileSummary(s.path, "skipped", 0, 0, 0, 0, note=s.reason) for s in result.skipped]
     return RawTraces(mode=mode, mode_note=note, rows=rows, quarantine=quarantine, files=summaries,
                      rules=rules, peaks=peaks)
 

@@ -21,7 +21,7 @@ def best_per_group(diag: pd.DataFrame) -> pd.DataFrame:
 def _occupancy_for(row: pd.Series) -> float | None:
     """Theoretical occupancy of a static row (diagnostics carry it for measured rows)."""
     from kernaudit_pipeline.core.hardware import sm_resources
-    from kernaudit_pipeline.occupancy import theoretical_occupancy
+    from kernaudit_pipeline.spill_diagnostics.occupancy import theoretical_occupancy
 
     sm = sm_resources(row.get("compute_capability") or "9.0")
     regs, smem = row.get("registers_per_thread"), row.get("shared_mem_bytes")

@@ -1,42 +1,32 @@
-"""What every parser shares: the parse result, number and unit parsing, kernel names.
+"""What every parser shares: the parse result, kernel names, capture ranges, provenance.
 
-Units. Nsight Compute prints memory with SI prefixes: ``Kbyte`` is 1,000
-bytes, not 1,024. Evidence, from this project's H200 capture (ncu
-2025.3.1): a Triton GEMM whose ``metadata.shared`` is 147,456 bytes shows
-``launch__shared_mem_per_block_dynamic`` = ``147.456000`` ``Kbyte/block``, and
-the same report exported with ``--print-units base`` shows ``147,456``
-``byte/block``. Binary prefixes (``KiB``, ``MiB``) are 1,024-based.
+Numbers and units live in :mod:`.units`, file access in :mod:`.sources`.
 """
 
 from __future__ import annotations
 
 import ast
-import math
 import re
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 
+import pandas as pd
+
+from kernaudit_pipeline.core.configs import VALID_NUM_WARPS
+from kernaudit_pipeline.ingest.sources import IngestError, UnknownFormat
+from kernaudit_pipeline.ingest.units import BadValue, as_int, parse_number
 from kernaudit_pipeline.kernel_spec import KERNELS_DIR, kernel_files
 from kernaudit_pipeline.kernel_runs import quarantine_row
 
 
-class IngestError(ValueError):
-    """A file that cannot be read as any known format: one line, exit non-zero."""
-
-
-class UnknownFormat(IngestError):
-    """No known format at all (a log, a README, a binary): skipped when met while walking a
-    directory, an error when named on the command line. A garbled file of a known format
-    is an IngestError, never skipped."""
-
-
 @dataclass(frozen=True)
 class Parsed:
-    """One file's yield. ``records_in`` counts the file's records in the unit the
-    format has (launches, kernel events, leaves, entries, lines, items);
-    ``records_in == rows_records + len(quarantine) + other_records`` where
-    ``rows_records`` is the number of records the rows stand for."""
+    """One file's yield. ``records_in`` counts the file's records in the unit the format has
+    (launches, kernel events, leaves, entries, lines, items); every record is in exactly one
+    of: the rows (``rows_records`` of them), the quarantine, or ``other_records`` (records
+    that are no kernel row by nature: peaks, summaries, scopes, non-kernel events).
+    A large file gives its rows as ``frame`` (kernel_runs columns) instead of ``rows``."""
 
     rows: list[dict]
     quarantine: list[dict]
@@ -45,103 +35,31 @@ class Parsed:
     rules: list[dict] = field(default_factory=list)
     peaks: list[dict] = field(default_factory=list)
     note: str = ""
+    frame: pd.DataFrame | None = None
+    rows_records: int | None = None  # records the rows stand for (default: one per row)
 
+    @property
+    def row_count(self) -> int:
+        return len(self.rows) + (0 if self.frame is None else len(self.frame))
 
-MISSING_TOKENS = frozenset({"", "n/a", "na", "no data", "nan", "none", "null", "-", "--"})
-
-
-class BadValue(ValueError):
-    """A field that should be a number and is not."""
-
-
-def parse_number(text: object) -> float | None:
-    """``"1,234.5"`` -> 1234.5; ``"n/a"``/``"no data"``/``""`` -> None; garbage raises."""
-    if text is None:
-        return None
-    if isinstance(text, (int, float)) and not isinstance(text, bool):
-        return float(text) if math.isfinite(float(text)) else None
-    s = str(text).strip().strip('"')
-    if s.lower() in MISSING_TOKENS:
-        return None
-    s = s.replace(",", "")
-    try:
-        value = float(s)
-    except ValueError:
-        raise BadValue(f"not a number: {str(text)[:40]!r}") from None
-    return value if math.isfinite(value) else None
-
-
-_TIME_TO_US = {"ns": 1e-3, "nsecond": 1e-3, "nsec": 1e-3, "us": 1.0, "usecond": 1.0, "usec": 1.0,
-               "ms": 1e3, "msecond": 1e3, "msec": 1e3, "s": 1e6, "second": 1e6, "sec": 1e6}
-_BYTE_PREFIX = {"": 1, "k": 1e3, "m": 1e6, "g": 1e9, "t": 1e12,
-                "ki": 1024, "mi": 1024**2, "gi": 1024**3, "ti": 1024**4}
-_BYTE_RE = re.compile(r"^(k|m|g|t|ki|mi|gi|ti)?(?:byte|b)(?:/block)?$")
-_HZ_TO_MHZ = {"hz": 1e-6, "khz": 1e-3, "mhz": 1.0, "ghz": 1e3}
-
-
-def time_to_us(value: float | None, unit: str) -> float | None:
-    if value is None:
-        return None
-    key = unit.strip().lower()
-    if key not in _TIME_TO_US:
-        raise BadValue(f"unknown time unit {unit!r}")
-    return value * _TIME_TO_US[key]
-
-
-def bytes_from(value: float | None, unit: str) -> float | None:
-    """``Kbyte/block`` (SI, 1,000), ``KiB`` (1,024), ``byte``; a missing unit is bytes."""
-    if value is None:
-        return None
-    key = unit.strip().lower().replace("kbytes", "kbyte")
-    if key in ("", "bytes"):
-        return value
-    match = _BYTE_RE.match(key)
-    if match is None:
-        raise BadValue(f"unknown byte unit {unit!r}")
-    return value * _BYTE_PREFIX[match.group(1) or ""]
-
-
-def freq_to_mhz(value: float | None, unit: str) -> float | None:
-    if value is None:
-        return None
-    key = unit.strip().lower()
-    if key not in _HZ_TO_MHZ:
-        raise BadValue(f"unknown frequency unit {unit!r}")
-    return value * _HZ_TO_MHZ[key]
-
-
-def as_int(value: float | None) -> int | None:
-    return None if value is None else int(round(value))
-
-
-def dims_product(text: object) -> int | None:
-    """``"(256, 1, 1)"`` -> 256; ``[2, 64, 1]`` -> 128."""
-    if text is None:
-        return None
-    if isinstance(text, (list, tuple)):
-        parts = [int(x) for x in text]
-    else:
-        s = str(text).strip()
-        if s.lower() in MISSING_TOKENS:
-            return None
-        nums = re.findall(r"\d+", s)
-        if not nums:
-            raise BadValue(f"not a dimension tuple: {s[:40]!r}")
-        parts = [int(x) for x in nums]
-    total = 1
-    for p in parts:
-        total *= p
-    return total
+    @property
+    def accounted(self) -> bool:
+        """records in = kept + quarantined + non-row."""
+        kept = self.row_count if self.rows_records is None else self.rows_records
+        return self.records_in == kept + len(self.quarantine) + self.other_records
 
 
 def compute_capability_from_arch(arch: object) -> str | None:
-    """``90`` / ``"sm_90a"`` / ``"9.0"`` -> ``"9.0"``."""
+    """``90`` / ``"sm_90a"`` / ``"9.0"`` -> ``"9.0"``; an AMD ``gfx90a`` is no compute capability."""
     if arch is None:
         return None
-    s = str(arch).strip().lower().removeprefix("sm_").rstrip("af")
+    s = str(arch).strip().lower()
+    if s.startswith("gfx"):
+        return None
+    s = s.removeprefix("sm_").rstrip("af")
     if not s:
         return None
-    if "." in s:
+    if re.fullmatch(r"\d+\.\d+", s):
         return s
     if s.isdigit() and len(s) >= 2:
         return f"{s[:-1]}.{s[-1]}"
@@ -208,6 +126,14 @@ def kernel_identities(kernels_dir: Path = KERNELS_DIR) -> dict[str, KernelIdenti
     return {func: ids[0] for func, ids in found.items() if len(ids) == 1}
 
 
+def module_of(kernel_name: str) -> str | None:
+    """The ``kernels/`` module stem that declares ``NAME = kernel_name``."""
+    for ident in kernel_identities().values():
+        if ident.kernel_name == kernel_name:
+            return ident.module
+    return None
+
+
 def identify(raw_name: str) -> KernelIdentity | None:
     """A profiler's kernel name (Triton prints the bare function name) to a module."""
     key = raw_name.strip()
@@ -234,6 +160,16 @@ def kernel_fields(raw_name: str) -> dict:
         return {"kernel_name": raw_name, "profiler_kernel_name": raw_name}
     return {"kernel_name": ident.kernel_name, "profiler_kernel_name": raw_name,
             "kernel_module": ident.module, "dtype": ident.dtype}
+
+
+def warps_from_threads(row: dict) -> None:
+    """``num_warps`` of a launch of a ``kernels/`` Triton kernel (a Triton block is
+    ``32 * num_warps`` threads); never guessed for other kernels (a cuDNN block is no config)."""
+    threads = row.get("threads_per_block")
+    name = row.get("profiler_kernel_name")
+    if (isinstance(name, str) and identify(name) is not None and isinstance(threads, int) and threads > 0
+            and threads % 32 == 0 and threads // 32 in VALID_NUM_WARPS):
+        row["num_warps"] = threads // 32
 
 
 def bad(row: dict, reason: str) -> dict:
@@ -295,10 +231,16 @@ def apply_range(row: dict, range_text: str | None) -> None:
     if not range_text:
         return
     row["capture_range"] = range_text
+    if row.get("scope") is None:
+        row["scope"] = range_text
     info = parse_range(range_text)
     if info is None:
         return
     row["shape_name"] = info.shape_name
+    if not row.get("kernel_module"):
+        # a launch inside a module's capture (its baseline, a helper kernel) is evidence of
+        # that module's audit, never a foreign candidate of its own
+        row["kernel_module"] = module_of(info.kernel_name)
     if info.is_baseline:
         row["baseline_of"] = info.kernel_name
         return

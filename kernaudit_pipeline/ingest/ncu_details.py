@@ -24,23 +24,28 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from kernaudit_pipeline.ingest._common import (
-    BadValue, IngestError, Parsed, as_int, bad, bytes_from, freq_to_mhz,
-    kernel_fields, parse_number, time_to_us,
-)
+from kernaudit_pipeline.ingest._common import IngestError, Parsed, bad, kernel_fields, warps_from_threads
 from kernaudit_pipeline.ingest.ncu_raw import (
-    VALID_WARPS, find_header, fixed_columns, launch_row, read_csv,
+    find_header, fixed_columns, launch_row, read_csv,
+)
+from kernaudit_pipeline.ingest.units import (
+    BadValue, as_int, bytes_from, freq_to_mhz, parse_number, time_to_us,
 )
 
 FORMAT = "ncu_details"
 REQUIRED = ("ID", "Kernel Name", "Metric Name", "Metric Unit", "Metric Value")
 RULE_COLUMNS = ("Rule Name", "Rule Type", "Rule Description", "Estimated Speedup Type", "Estimated Speedup")
 
-# Display name -> (kind, column). Kinds: time, bytes, freq, int, pct, plain.
+# Display name -> (kind, column). Kinds: time, bytes, freq, int, pct, plain. The names of
+# ncu 2019-2021 are mapped too: "SM [%]" and "Memory [%]" (later "Compute (SM) Throughput"
+# and "Memory Throughput"), "SOL SM" (2019.x).
 METRICS: dict[str, tuple[str, str]] = {
     "Duration": ("time", "latency_us"),
     "Compute (SM) Throughput": ("pct", "sm_throughput_pct"),
+    "SM [%]": ("pct", "sm_throughput_pct"),
+    "SOL SM": ("pct", "sm_throughput_pct"),
     "Memory Throughput": ("pct", "memory_throughput_pct"),  # the SOL one is "%"; MWA's is Gbyte/s
+    "Memory [%]": ("pct", "memory_throughput_pct"),
     "SM Frequency": ("freq", "sm_clock_mhz"),
     "Registers Per Thread": ("int", "registers_per_thread"),
     "Static Shared Memory Per Block": ("bytes", "shared_mem_static_bytes"),
@@ -154,8 +159,27 @@ def occupancy_limiters_from_rules(rules: list[dict]) -> tuple[str, ...] | None:
     return None
 
 
+def _metric_value(name: str, unit: str, value: str, line: int) -> tuple[str, float | int | None] | None:
+    """(column, value) of one metric line, None for metrics no column holds."""
+    spec = METRICS.get(name)
+    if spec is None:
+        return None
+    kind, column = spec
+    if kind == "pct" and unit.strip() not in ("%", ""):
+        return None  # e.g. the Memory Workload Analysis "Memory Throughput" in Gbyte/s
+    try:
+        number = _convert(kind, parse_number(value), unit)
+        if column in INT_BYTES:
+            number = snap_rounded_bytes(value, unit, number)
+    except BadValue as exc:
+        raise BadValue(f"{name} (line {line}): {exc}") from None
+    if kind == "int" or column in INT_BYTES:
+        number = as_int(number)
+    return column, number
+
+
 def parse(path: Path, source_file: str) -> Parsed:
-    table = read_csv(path)
+    table, line_of = read_csv(path)
     h = find_header(table)
     header = [c.strip() for c in table[h]]
     missing = [c for c in REQUIRED if c not in header]
@@ -167,7 +191,7 @@ def parse(path: Path, source_file: str) -> Parsed:
     quarantine: list[dict] = []
     rules: list[dict] = []
     garbled = 0
-    for i, cells in enumerate(table[h + 1:]):
+    for i, (cells, line) in enumerate(zip(table[h + 1:], line_of[h + 1:])):
         if not cells or not any(c.strip() for c in cells):
             continue
         prov = {"source_format": FORMAT, "source_file": source_file, "source_row": i}
@@ -176,7 +200,7 @@ def parse(path: Path, source_file: str) -> Parsed:
         if not (min_fields <= len(cells) <= len(header)):
             garbled += 1
             quarantine.append(bad({**prov, "raw_line": ",".join(cells)[:500]},
-                                  f"garbled line: {len(cells)} fields, header has {len(header)}"))
+                                  f"line {line}: garbled line: {len(cells)} fields, header has {len(header)}"))
             continue
         cells = cells + [""] * (len(header) - len(cells))
         record = {k: v.strip() for k, v in zip(header, cells)}
@@ -186,7 +210,8 @@ def parse(path: Path, source_file: str) -> Parsed:
             launch_id = None
         if launch_id is None or not record.get("Kernel Name"):
             garbled += 1
-            quarantine.append(bad({**prov, "raw_line": ",".join(cells)[:500]}, "line without launch ID or Kernel Name"))
+            quarantine.append(bad({**prov, "raw_line": ",".join(cells)[:500]},
+                                  f"line {line}: line without launch ID or Kernel Name"))
             continue
         state = launches.get(launch_id)
         if state is None:
@@ -197,7 +222,8 @@ def parse(path: Path, source_file: str) -> Parsed:
             state["rules"].append(rule)
             rules.append(rule)
         if record.get("Metric Name"):
-            state["metrics"].append((record["Metric Name"], record.get("Metric Unit", ""), record.get("Metric Value", ""), i))
+            state["metrics"].append((record["Metric Name"], record.get("Metric Unit", ""),
+                                     record.get("Metric Value", ""), line))
 
     rows: list[dict] = []
     fixed_names = fixed_columns(header)
@@ -206,46 +232,48 @@ def parse(path: Path, source_file: str) -> Parsed:
         first = state["record"]
         prov = {"source_format": FORMAT, "source_file": source_file, "source_row": state["first_row"]}
         fixed = {c: first.get(c, "") for c in fixed_names}
-        # Metrics asked for by name (``--metrics``) appear under their raw names in the
-        # "Command line profiler metrics" section: read them exactly as the raw page is read.
-        raw_metrics = {name: value for name, _, value, _ in state["metrics"] if "__" in name}
-        raw_units = {name: unit for name, unit, _, _ in state["metrics"] if "__" in name}
         try:
-            row = launch_row(raw_metrics, raw_units, fixed)
-            row["ncu_launch_id"] = launch_id
-            for name, unit, value, line in state["metrics"]:
-                spec = METRICS.get(name)
-                if spec is None:
-                    continue
-                kind, column = spec
-                if name == "Memory Throughput" and unit.strip() != "%":
-                    continue
-                if row.get(column) is not None:
-                    continue  # the raw metric, when present, has more digits
-                try:
-                    number = _convert(kind, parse_number(value), unit)
-                    if column in INT_BYTES:
-                        number = snap_rounded_bytes(value, unit, number)
-                except BadValue as exc:
-                    raise BadValue(f"{name} (line {line}): {exc}") from None
-                if kind == "int" or column in INT_BYTES:
-                    number = as_int(number)
-                row[column] = number
+            row = _launch(state, fixed, launch_id)
         except BadValue as exc:
-            quarantine.append(bad({**kernel_fields(first["Kernel Name"]), "ncu_launch_id": launch_id, **prov}, str(exc)))
+            quarantine.append(bad({**kernel_fields(first["Kernel Name"]), "ncu_launch_id": launch_id, **prov},
+                                  str(exc)))
             continue
-        for column, share in _stall_shares_from_rules(state["rules"]).items():
-            if row.get(column) is None:
-                row[column] = share
-        limiters = occupancy_limiters_from_rules(state["rules"])
-        if limiters is not None:
-            row["ncu_rule_occupancy_limiters"] = ",".join(limiters)
-        st, dy = row.get("shared_mem_static_bytes"), row.get("shared_mem_dynamic_bytes")
-        if st is not None and dy is not None:
-            row["shared_mem_bytes"] = st + dy
-        threads = row.get("threads_per_block")
-        if "kernel_module" in row and threads and threads % 32 == 0 and threads // 32 in VALID_WARPS:
-            row["num_warps"] = threads // 32
         rows.append({**row, **prov})
     return Parsed(rows=rows, quarantine=quarantine, records_in=len(order) + garbled, rules=rules,
                   note=f"{len(rules)} rule messages")
+
+
+def _launch(state: dict, fixed: dict[str, str], launch_id: int) -> dict:
+    """One launch's row; raises :class:`BadValue` for a value that cannot be read, or a
+    metric printed twice with different values (neither copy is silently preferred)."""
+    seen: dict[tuple[str, str], tuple[str, int]] = {}
+    for name, unit, value, line in state["metrics"]:
+        key = (name, unit)
+        if key in seen and seen[key][0] != value:
+            raise BadValue(f"{name} ({unit or 'no unit'}) appears twice with different values "
+                           f"({seen[key][0]!r} at line {seen[key][1]}, {value!r} at line {line})")
+        seen.setdefault(key, (value, line))
+    # Metrics asked for by name (``--metrics``) appear under their raw names in the
+    # "Command line profiler metrics" section: read them exactly as the raw page is read.
+    raw_metrics = {name: value for name, _, value, _ in state["metrics"] if "__" in name}
+    raw_units = {name: unit for name, unit, _, _ in state["metrics"] if "__" in name}
+    row = launch_row(raw_metrics, raw_units, fixed)
+    row["ncu_launch_id"] = launch_id
+    for name, unit, value, line in state["metrics"]:
+        got = _metric_value(name, unit, value, line)
+        if got is None:
+            continue
+        column, number = got
+        if row.get(column) is None:  # the raw metric, when present, has more digits
+            row[column] = number
+    for column, share in _stall_shares_from_rules(state["rules"]).items():
+        if row.get(column) is None:
+            row[column] = share
+    limiters = occupancy_limiters_from_rules(state["rules"])
+    if limiters is not None:
+        row["ncu_rule_occupancy_limiters"] = ",".join(limiters)
+    st, dy = row.get("shared_mem_static_bytes"), row.get("shared_mem_dynamic_bytes")
+    if st is not None and dy is not None:
+        row["shared_mem_bytes"] = st + dy
+    warps_from_threads(row)
+    return row

@@ -26,13 +26,18 @@ import csv
 import io
 from pathlib import Path
 
+from kernaudit_pipeline.core.hardware import Vendor
 from kernaudit_pipeline.ingest._common import (
-    BadValue, IngestError, Parsed, apply_range, as_int, bad, bytes_from, dims_product, freq_to_mhz,
-    kernel_fields, nvtx_range_text, parse_number, strip_range_prefix, time_to_us,
+    warps_from_threads,
+    IngestError, Parsed, apply_range, bad, kernel_fields, nvtx_range_text, strip_range_prefix,
+)
+from kernaudit_pipeline.ingest.sources import read_text
+from kernaudit_pipeline.ingest.units import (
+    BadValue, as_int, bytes_from, dims_product, freq_to_mhz, parse_number, time_to_us,
 )
 
 FORMAT = "ncu_raw"
-FIXED_COLUMNS = ("ID", "Process ID", "Process Name", "Host Name", "Kernel Name", "Context",
+FIXED_COLUMNS = ("ID", "Process ID", "Process Name", "Host Name", "Kernel Name", "Kernel Time", "Context",
                  "Stream", "Block Size", "Grid Size", "Device", "CC")
 # With ``--nvtx`` ncu adds the open ranges: "thread Domain:Push/Pop_Range:..." and
 # "Id:Domain:Start/Stop_Range:...".
@@ -52,7 +57,6 @@ def launch_range(fixed: dict[str, str]) -> str | None:
                 return text
     return strip_range_prefix((fixed.get("Kernel Name") or "").strip())[1]
 SECTOR_BYTES = 32
-VALID_WARPS = frozenset({1, 2, 4, 8, 16, 32})
 
 TIME_METRICS = ("gpu__time_duration.sum", "gpu__time_duration.avg")
 STALL_PREFIX = "smsp__average_warps_issue_stalled_"
@@ -104,15 +108,39 @@ def find_header(rows: list[list[str]]) -> int:
     raise IngestError("no Nsight Compute CSV header (a row starting with \"ID\" and naming \"Kernel Name\")")
 
 
-def read_csv(path: Path) -> list[list[str]]:
+def read_csv(path: Path) -> tuple[list[list[str]], list[int]]:
+    """The CSV records and, for each, the 1-based line of the file it ends on (a quoted
+    cell may span lines), so quarantine reasons name the line a user opens."""
+    text = read_text(path)
+    rows: list[list[str]] = []
+    lines: list[int] = []
+    reader = csv.reader(io.StringIO(text))
     try:
-        text = path.read_text(encoding="utf-8", errors="strict")
-    except UnicodeDecodeError as exc:
-        raise IngestError(f"not UTF-8 text (byte {exc.start})") from None
-    try:
-        return list(csv.reader(io.StringIO(text)))
+        for row in reader:
+            rows.append(row)
+            lines.append(reader.line_num)
     except csv.Error as exc:
-        raise IngestError(f"unreadable CSV ({exc})") from None
+        raise IngestError(f"unreadable CSV at line {reader.line_num} ({exc})") from None
+    return rows, lines
+
+
+def duplicate_columns(header: list[str]) -> dict[str, list[int]]:
+    """Metric names the header holds more than once, with their positions."""
+    seen: dict[str, list[int]] = {}
+    for i, name in enumerate(header):
+        seen.setdefault(name, []).append(i)
+    return {name: idx for name, idx in seen.items() if len(idx) > 1 and name}
+
+
+def record_of(header: list[str], cells: list[str], dups: dict[str, list[int]]) -> dict[str, str]:
+    """The row as ``{column: cell}``; a duplicated column must agree with itself, or the
+    launch is refused (never one copy silently preferred)."""
+    for name, positions in dups.items():
+        values = {cells[i].strip() for i in positions}
+        if len(values) > 1:
+            shown = " vs ".join(repr(cells[i].strip()[:20]) for i in positions)
+            raise BadValue(f"column {name!r} appears {len(positions)} times with different values ({shown})")
+    return dict(zip(header, cells))
 
 
 def stall_shares(metrics: dict[str, float | None]) -> dict[str, float]:
@@ -130,7 +158,7 @@ def stall_shares(metrics: dict[str, float | None]) -> dict[str, float]:
 
 def launch_row(metrics: dict[str, float | str | None], units: dict[str, str], fixed: dict[str, str]) -> dict:
     """kernel_runs fields from one launch's metrics; raises BadValue on unconvertible values."""
-    row: dict = {}
+    row: dict = {"vendor": str(Vendor.NVIDIA)}  # Nsight Compute profiles NVIDIA GPUs only
     row.update(kernel_fields(fixed["Kernel Name"]))
     row["ncu_launch_id"] = as_int(parse_number(fixed.get("ID")))
     cc = (fixed.get("CC") or "").strip()
@@ -203,49 +231,48 @@ def launch_row(metrics: dict[str, float | str | None], units: dict[str, str], fi
     st, dy = row.get("shared_mem_static_bytes"), row.get("shared_mem_dynamic_bytes")
     if st is not None and dy is not None:
         row["shared_mem_bytes"] = st + dy
-    threads = row.get("threads_per_block")
-    if "kernel_module" in row and threads and threads % 32 == 0 and threads // 32 in VALID_WARPS:
-        row["num_warps"] = threads // 32
+    warps_from_threads(row)
     apply_range(row, launch_range(fixed))
     return row
 
 
 def parse(path: Path, source_file: str) -> Parsed:
-    table = read_csv(path)
+    table, line_of = read_csv(path)
     h = find_header(table)
     header = [c.strip() for c in table[h]]
     if "Metric Name" in header:
         raise IngestError("this is an Nsight Compute details page (--page details), not raw")
-    body = table[h + 1:]
+    body = list(zip(table[h + 1:], line_of[h + 1:]))
     units: dict[str, str] = {}
-    if body and body[0] and body[0][0].strip() == "" and len(body[0]) == len(header):
-        units = {name: unit.strip() for name, unit in zip(header, body[0])}
+    if body and body[0][0] and body[0][0][0].strip() == "" and len(body[0][0]) == len(header):
+        units = {name: unit.strip() for name, unit in zip(header, body[0][0])}
         body = body[1:]
     fixed_present = fixed_columns(header)
+    dups = duplicate_columns(header)
     rows: list[dict] = []
     quarantine: list[dict] = []
     records = 0
-    for i, cells in enumerate(body):
+    for cells, line in body:
         if not cells or not any(c.strip() for c in cells):
             continue  # blank line: not a record
         prov = {"source_format": FORMAT, "source_file": source_file, "source_row": records}
         records += 1
         if len(cells) != len(header):
             quarantine.append(bad({**prov, "raw_line": ",".join(cells)[:500]},
-                                  f"garbled row: {len(cells)} fields, header has {len(header)}"))
+                                  f"line {line}: garbled row: {len(cells)} fields, header has {len(header)}"))
             continue
-        record = dict(zip(header, cells))
-        fixed = {c: record.get(c, "") for c in fixed_present}
+        fixed = {c: cells[header.index(c)] for c in fixed_present}
         if not (fixed.get("Kernel Name") or "").strip():
-            quarantine.append(bad({**prov, "raw_line": ",".join(cells)[:500]}, "missing Kernel Name"))
+            quarantine.append(bad({**prov, "raw_line": ",".join(cells)[:500]}, f"line {line}: missing Kernel Name"))
             continue
         try:
+            record = record_of(header, cells, dups)
             if parse_number(fixed.get("ID")) is None:
                 raise BadValue("missing launch ID")
             metrics = {k: v for k, v in record.items() if k not in fixed_present}
             row = launch_row(metrics, units, fixed)
         except BadValue as exc:
-            quarantine.append(bad({**prov, "kernel_name": fixed.get("Kernel Name")}, str(exc)))
+            quarantine.append(bad({**prov, "kernel_name": fixed.get("Kernel Name")}, f"line {line}: {exc}"))
             continue
         rows.append({**row, **prov})
     note = "" if units else "no units row: values read as base units"

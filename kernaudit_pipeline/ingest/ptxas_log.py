@@ -21,16 +21,17 @@ log, its entry function gets that shape and config.
 
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError
 
+from kernaudit_pipeline.core.hardware import Vendor
 from kernaudit_pipeline.core.toolchain import PTXAS_FRAME_RE, parse_ptxas_log
 from kernaudit_pipeline.ingest._common import (
     IngestError, Parsed, apply_range, bad, compute_capability_from_arch, kernel_fields,
 )
+from kernaudit_pipeline.ingest.sources import read_json, read_text
 
 FORMAT = "ptxas_log"
 FRAME_RE = PTXAS_FRAME_RE  # the parser lives in core.toolchain; triton_cache reads this name
@@ -56,21 +57,18 @@ def looks_like(text: str) -> bool:
 def manifest_entry(path: Path) -> tuple[ManifestEntry | None, str]:
     """The sidecar manifest's entry for this log, and a note when the manifest is unusable."""
     manifest = path.parent / MANIFEST
-    if not manifest.exists():
+    if not manifest.is_file():
         return None, ""
     try:
-        entries = TypeAdapter(list[ManifestEntry]).validate_python(json.loads(manifest.read_text()))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError, ValidationError) as exc:
+        entries = TypeAdapter(list[ManifestEntry]).validate_python(read_json(manifest))
+    except (IngestError, ValidationError) as exc:
         return None, f"{MANIFEST} unusable ({type(exc).__name__})"
     return next((e for e in entries if e.ptxas_log == path.name), None), ""
 
 
 def parse(path: Path, source_file: str) -> Parsed:
-    try:
-        text = path.read_text()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise IngestError(f"not a readable text log ({exc})") from None
-    entries = [{"func": u.function, "arch": u.target, "line": u.line, "regs": u.registers,
+    text = read_text(path)
+    entries = [{"func": u.function, "arch": u.target, "line": u.line + 1, "regs": u.registers,
                 "stack": u.stack_frame_bytes, "stores": u.spill_stores_bytes,
                 "loads": u.spill_loads_bytes, "smem": u.smem_bytes}
                for u in parse_ptxas_log(text) if u.is_entry]
@@ -81,8 +79,12 @@ def parse(path: Path, source_file: str) -> Parsed:
     quarantine: list[dict] = []
     for index, e in enumerate(entries):
         prov = {"source_format": FORMAT, "source_file": source_file, "source_row": index}
+        if not e["func"].strip():
+            quarantine.append(bad({"ptxas_target": e["arch"], **prov},
+                                  f"entry function with an empty name (log line {e['line']})"))
+            continue
         base = {**kernel_fields(e["func"]), "compute_capability": compute_capability_from_arch(e["arch"]),
-                "ptxas_target": e["arch"], **prov}
+                "ptxas_target": e["arch"], "vendor": str(Vendor.NVIDIA), **prov}
         if e["regs"] is None:
             quarantine.append(bad(base, f"entry {e['func']!r} (log line {e['line']}): no 'Used N registers' line"))
             continue

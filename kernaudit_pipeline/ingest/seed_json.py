@@ -8,13 +8,13 @@ object is quarantined; ``expected_output`` is not an input and is left out.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from kernaudit_pipeline.ingest._common import IngestError, Parsed, bad
+from kernaudit_pipeline.ingest.sources import read_json
 
 FORMAT = "seed_json"
 # A bare item names a kernel and at least one measured or compiled figure of the seed's.
@@ -37,10 +37,7 @@ def is_seed(data: object) -> bool:
 
 def parse(path: Path, source_file: str, data: object | None = None) -> Parsed:
     if data is None:
-        try:
-            data = json.loads(path.read_text())
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-            raise IngestError(f"not a readable JSON file ({exc})") from None
+        data = read_json(path)
     if not isinstance(data, list):
         raise IngestError(f"expected a JSON array of seed items, got {type(data).__name__}")
     rows: list[dict] = []

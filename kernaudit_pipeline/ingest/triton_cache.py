@@ -22,7 +22,6 @@ has ``constants`` keyed by name they are used.
 
 from __future__ import annotations
 
-import json
 import re
 import shutil
 import subprocess
@@ -30,9 +29,11 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from kernaudit_pipeline.core.hardware import Vendor
 from kernaudit_pipeline.ingest._common import (
-    Parsed, bad, compute_capability_from_arch, kernel_fields,
+    IngestError, Parsed, bad, compute_capability_from_arch, kernel_fields,
 )
+from kernaudit_pipeline.ingest.sources import read_json
 from kernaudit_pipeline.ingest.ptxas_log import FRAME_RE
 
 FORMAT = "triton_cache"
@@ -71,16 +72,32 @@ def _tool(name: str) -> Path | None:
     return Path(found) if found else None
 
 
+def _subdirs(root: Path) -> list[Path]:
+    try:
+        return sorted(p for p in root.iterdir() if p.is_dir() and not p.is_symlink())
+    except OSError:
+        return []
+
+
+def _cubins(d: Path) -> list[Path]:
+    try:
+        return sorted(p for p in d.glob("*.cubin") if p.is_file())
+    except OSError:
+        return []
+
+
 def kernel_dirs(root: Path) -> list[Path]:
-    """Hash directories that hold a kernel's metadata and cubin (``root`` itself included)."""
-    candidates = [root, *sorted(p for p in root.iterdir() if p.is_dir())] if root.is_dir() else []
-    return [d for d in candidates if any(d.glob("*.cubin")) and _metadata_file(d) is not None]
+    """Hash directories that hold a compiled kernel, i.e. a ``.cubin`` (``root`` included).
+    A cubin without its metadata JSON is still a kernel: it is quarantined, never dropped."""
+    candidates = [root, *_subdirs(root)] if root.is_dir() else []
+    return [d for d in candidates if _cubins(d)]
 
 
 def _metadata_file(d: Path) -> Path | None:
-    for cubin in sorted(d.glob("*.cubin")):
+    """The ``<name>.json`` beside a ``<name>.cubin`` that is a regular file."""
+    for cubin in _cubins(d):
         meta = cubin.with_suffix(".json")
-        if meta.exists():
+        if meta.is_file():
             return meta
     return None
 
@@ -133,16 +150,23 @@ def _ptxas_arch(arch: int | str | None) -> str | None:
 
 def parse(root: Path, source_file: str) -> Parsed:
     dirs = kernel_dirs(root)
-    others = [p for p in root.iterdir() if p.is_dir() and p not in dirs] if root.is_dir() else []
+    others = [p for p in _subdirs(root) if p not in dirs] if root.is_dir() else []
     rows: list[dict] = []
     quarantine: list[dict] = []
     for index, d in enumerate(dirs):
         meta_path = _metadata_file(d)
         rel = source_file if d == root else f"{source_file.rstrip('/')}/{d.name}"
+        if meta_path is None:
+            cubin = _cubins(d)[0]
+            prov = {"source_format": FORMAT, "source_file": f"{rel}/{cubin.name}", "source_row": index}
+            beside = cubin.with_suffix(".json")
+            what = "is not a regular file" if beside.exists() else "is missing"
+            quarantine.append(bad(prov, f"{cubin.name}: its metadata {beside.name} {what}"))
+            continue
         prov = {"source_format": FORMAT, "source_file": f"{rel}/{meta_path.name}", "source_row": index}
         try:
-            meta = KernelMetadata.model_validate(json.loads(meta_path.read_text()))
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            meta = KernelMetadata.model_validate(read_json(meta_path))
+        except IngestError as exc:
             quarantine.append(bad(prov, f"metadata JSON unreadable: {exc}"))
             continue
         except ValidationError as exc:
@@ -154,7 +178,8 @@ def parse(root: Path, source_file: str) -> Parsed:
                "num_warps": meta.num_warps, "num_stages": meta.num_stages,
                "threads_per_block": 32 * meta.num_warps,
                "shared_mem_dynamic_bytes": meta.shared, "triton_version": meta.triton_version,
-               "compute_capability": compute_capability_from_arch(arch), "triton_cache_key": d.name}
+               "compute_capability": compute_capability_from_arch(arch), "triton_cache_key": d.name,
+               "vendor": str(Vendor.AMD if str(arch or "").startswith("gfx") else Vendor.NVIDIA)}
         for key, column in CONSTANT_COLUMNS.items():
             value = (meta.constants or {}).get(key)
             if isinstance(value, int) and value > 0:

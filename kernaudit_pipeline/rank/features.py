@@ -29,7 +29,7 @@ import math
 from dataclasses import dataclass
 
 from kernaudit_pipeline.core.hardware import GPUSpec, SMResources, canonical_dtype
-from kernaudit_pipeline.occupancy import Limiter, theoretical_occupancy
+from kernaudit_pipeline.spill_diagnostics.occupancy import Limiter, theoretical_occupancy
 from kernaudit_pipeline.static_resources.describe import KernelDescription
 from kernaudit_pipeline.static_resources.results import CompileStatus, StaticResult
 

@@ -1,7 +1,7 @@
 """Device limits and occupancy as the rules and the verifier see them.
 
 A flat view of ``core.hardware`` (SM count, shared memory per block and per SM, registers,
-warps and blocks per SM) and of :mod:`kernaudit_pipeline.occupancy`; the rules estimate with
+warps and blocks per SM) and of :mod:`kernaudit_pipeline.spill_diagnostics.occupancy`; the rules estimate with
 these, and the verifier's recompile is what checks.
 """
 
@@ -14,7 +14,7 @@ from kernaudit_pipeline.core.configs import TRITON_DEFAULT_NUM_WARPS
 from kernaudit_pipeline.core.hardware import SM_RESOURCES, SMResources, resources_for
 from kernaudit_pipeline.core.hardware import lookup as lookup_gpu
 from kernaudit_pipeline.core.values import as_int, finite_float, is_missing
-from kernaudit_pipeline.occupancy import theoretical_occupancy
+from kernaudit_pipeline.spill_diagnostics.occupancy import theoretical_occupancy
 
 # When a row names no known device, shared-memory limits default to sm_90's (the audit's
 # reference device class); the SM count stays unknown, so the wave rule does not fire.

@@ -77,9 +77,9 @@ def _row(i, **kw):
 def test_profiler_rows_become_evidence_not_candidates():
     rows = [_row(0), _row(1, config_id="baseline[torch.matmul]", latency_us=12.0),
             _row(2, source_format="ncu_raw", source_file="n.csv", baseline_us=None, latency_us=11.0,
-                 local_spill_requests=100.0, stall_lg_throttle_pct=30.0),
+                 local_spill_requests=100.0, stall_lg_throttle_pct=30.0, kernel_module="gemm_bf16"),
             _row(3, source_format="ncu_raw", source_file="n.csv", baseline_us=None, latency_us=11.0,
-                 local_spill_requests=300.0, stall_lg_throttle_pct=40.0),
+                 local_spill_requests=300.0, stall_lg_throttle_pct=40.0, kernel_module="gemm_bf16"),
             _row(4, config_id="B", local_spill_requests=0.0)]
     runs = normalize(rows).kernel_runs
     assert [row_role(r) for _, r in runs.iterrows()] == [RowRole.CANDIDATE, RowRole.BASELINE, RowRole.PROFILER,
@@ -89,3 +89,11 @@ def test_profiler_rows_become_evidence_not_candidates():
     assert out.loc["A", "local_spill_requests"] == 200.0  # median of the two launches
     assert out.loc["A", "stall_lg_throttle_pct"] == 35.0 and out.loc["A", "evidence_sources"] == "n.csv"
     assert out.loc["B", "local_spill_requests"] == 0.0 and pd.isna(out.loc["B", "evidence_sources"])
+
+
+def test_profiler_rows_of_a_foreign_kernel_are_candidates_of_their_own():
+    row = _row(0, source_format="torch_trace", source_file="t.json", kernel_name="triton_poi_fused_add_0",
+               config_id="grid1x1x1_block128x1x1_regs16_smem0", baseline_us=None)
+    runs = normalize([row]).kernel_runs
+    assert row_role(runs.iloc[0]) is RowRole.CANDIDATE
+    assert list(build_comparisons(runs)["kernel_name"]) == ["triton_poi_fused_add_0"]

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from kernaudit_pipeline.core.hardware import sm_resources
-from kernaudit_pipeline.occupancy import Limiter, limiters_from_ncu, theoretical_occupancy
+from kernaudit_pipeline.spill_diagnostics.occupancy import Limiter, limiters_from_ncu, theoretical_occupancy
 
 H200 = sm_resources("9.0")
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from kernaudit_pipeline.core.hardware import lookup
-from kernaudit_pipeline.roofline import Bottleneck, MeasuredPeak, SolSource, peak_from_record, roofline
+from kernaudit_pipeline.spill_diagnostics.roofline import Bottleneck, MeasuredPeak, SolSource, peak_from_record, roofline
 
 H200 = lookup("NVIDIA H200")
 

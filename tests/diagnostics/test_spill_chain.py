@@ -52,7 +52,7 @@ def test_static_spills_that_never_run():
 
 
 @pytest.mark.parametrize("row, expected", [
-    ({"stack_frame_bytes": 784, "stall_lg_throttle_pct": 12.0}, True),
+    ({"stack_frame_bytes": 784, "stall_lg_throttle_pct": 12.0, "source_format": "runner_jsonl"}, True),
     ({"spill_stores_bytes": 808, "stall_lg_throttle_pct": 9.9}, False),
     ({"local_spill_requests": 1000, "stall_long_scoreboard_pct": 55.0}, True),
     # long_scoreboard counts only with measured local spilling traffic
@@ -70,3 +70,29 @@ def test_diagnose_record_is_json_for_assess():
     assert "NaN" not in text
     assert fields["spill_causes_stalls"] is True and fields["occupancy_limiter"] == "shared_mem"
     assert {"metric", "value", "op", "threshold", "met"} <= set(fields["spill_evidence"][0])
+
+
+# ---------------------------------------------------------------------------------------------
+# which column means "spills" for which source (one meaning per column)
+# ---------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("row, spills", [
+    # ptxas' spill figures, whatever the source
+    ({"spill_stores_bytes": 2048, "source_format": "seed_json"}, True),
+    ({"spill_stores_bytes": 0, "spill_loads_bytes": 0, "stack_frame_bytes": 800, "source_format": "ptxas_log"}, False),
+    # the runner's local memory (Triton's n_spills * 4) is the spill figure of a Triton kernel
+    ({"stack_frame_bytes": 808, "source_format": "runner_jsonl"}, True),
+    ({"stack_frame_bytes": 808, "source_format": "ncu_raw", "kernel_module": "gemm_bf16"}, True),
+    # ... but a CUDA kernel's frame holds local arrays: no spill without ptxas' figures or ncu's
+    ({"stack_frame_bytes": 1760, "source_format": "ncu_details"}, False),
+    ({"stack_frame_bytes": 1760, "local_spill_requests": 12, "source_format": "ncu_details"}, True),
+    # ptxas' 0 wins over a frame, even for a Triton kernel
+    ({"stack_frame_bytes": 784, "spill_stores_bytes": 0, "source_format": "triton_cache"}, False),
+])
+def test_spill_detection_reads_the_column_that_means_spills_for_the_source(row, spills):
+    assert spill_detected(row) is spills
+    assert spill_chain({**row, "stall_lg_throttle_pct": 40.0})[0] is spills
+
+
+def test_a_frame_without_spill_stores_is_named_as_local_arrays():
+    _, _, verdict = spill_chain({"stack_frame_bytes": 800, "spill_stores_bytes": 0, "source_format": "ptxas_log"})
+    assert verdict == "a stack frame but no spill stores: local arrays, not spills"

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from kernaudit_pipeline.core.hardware import sm_resources
-from kernaudit_pipeline.occupancy import theoretical_occupancy
-from kernaudit_pipeline.sram import smem_bytes_per_flop, sram_efficiency, tile_smem_bytes
+from kernaudit_pipeline.spill_diagnostics.occupancy import theoretical_occupancy
+from kernaudit_pipeline.spill_diagnostics.sram import smem_bytes_per_flop, sram_efficiency, tile_smem_bytes
 
 H200 = sm_resources("9.0")
 

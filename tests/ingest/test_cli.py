@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
 import pandas as pd
 import pytest
 
-from kernaudit_pipeline.ingest import cli
+from kernaudit_pipeline.cli import main
 from kernaudit_pipeline.kernel_runs import COLUMNS, QUARANTINE_COLUMNS
+
+
+def cli(argv: list[str]) -> int:
+    return main(["ingest", *argv])
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 
@@ -29,9 +34,9 @@ def test_cli_writes_tables_and_summarises(tmp_path, capsys, monkeypatch):
     assert len(runs) == 4 and len(quarantine) == 10
     assert len(rules) == 1 and rules.loc[0, "rule_name"] == "CPIStall"
     assert (tmp_path / "out" / "peaks.csv").exists()
-    assert f"{rel[0]}: ncu_raw: 1 rows normalized, 3 quarantined" in out
-    assert f"{rel[2]}: runner_jsonl: 1 rows normalized, 3 quarantined, 2 non-row records" in out
-    assert f"{rel[3]}: seed_json: 1 rows normalized, 2 quarantined" in out
+    assert f"{rel[0]}: ncu_raw: 1 rows normalized, 3 quarantined (4 records in)" in out
+    assert f"{rel[2]}: runner_jsonl: 1 rows normalized, 3 quarantined, 2 non-row records (6 records in)" in out
+    assert f"{rel[3]}: seed_json: 1 rows normalized, 2 quarantined (3 records in)" in out
     for frame in (runs, quarantine):
         assert not frame["source_file"].astype(str).str.startswith("/").any()
     assert set(runs["source_format"]) == {"ncu_raw", "ncu_details", "runner_jsonl", "seed_json"}
@@ -46,12 +51,22 @@ def test_cli_absolute_paths_become_relative(tmp_path, monkeypatch):
 
 
 @pytest.mark.parametrize("name", ["trace_truncated.json", "unknown_format.txt"])
-def test_cli_unknown_or_garbled_file_exits_nonzero_with_one_line(tmp_path, capsys, name):
+def test_one_unreadable_file_is_listed_and_the_others_still_written(tmp_path, capsys, name):
     rc = cli([str(FIXTURES / "ptxas_truncated.log"), str(FIXTURES / name), "--out", str(tmp_path / "o")])
+    captured = capsys.readouterr()
+    assert rc == 2  # a named input was skipped: say so in the exit status ...
+    assert captured.err.count("\n") == 1 and name in captured.err and "Traceback" not in captured.err
+    assert f"{name}: skipped (" in captured.out
+    runs = pd.read_csv(tmp_path / "o" / "kernel_runs.csv")  # ... but the tables hold the other file
+    assert len(runs) == 1 and runs.loc[0, "source_format"] == "ptxas_log"
+    assert not list((tmp_path / "o").glob(".*partial"))
+
+
+def test_nothing_readable_writes_nothing(tmp_path, capsys):
+    rc = cli([str(FIXTURES / "unknown_format.txt"), "--out", str(tmp_path / "o")])
     err = capsys.readouterr().err
-    assert rc != 0
-    assert err.count("\n") == 1 and name in err and "Traceback" not in err
-    assert not (tmp_path / "o").exists()  # nothing half-written
+    assert rc == 2 and err.count("\n") == 1 and "no input could be read" in err
+    assert not (tmp_path / "o" / "kernel_runs.csv").exists()
 
 
 def test_cli_walks_directories_and_skips_readmes(tmp_path, capsys):
@@ -73,9 +88,20 @@ def test_cli_walks_directories_and_skips_readmes(tmp_path, capsys):
     assert "README" not in out
 
 
-def test_a_garbled_file_inside_a_directory_still_stops_the_run(tmp_path, capsys):
+def test_a_garbled_file_inside_a_directory_is_reported(tmp_path, capsys):
     d = tmp_path / "traces"
     d.mkdir()
     (d / "broken.json").write_text((FIXTURES / "trace_truncated.json").read_text())
-    assert cli([str(d), "--out", str(tmp_path / "o")]) == 2
-    assert "broken.json: malformed or truncated JSON" in capsys.readouterr().err
+    (d / "ok.log").write_text((FIXTURES / "ptxas_truncated.log").read_text())
+    assert cli([str(d), "--out", str(tmp_path / "o")]) == 2  # garbled, not a stray log: it counts
+    captured = capsys.readouterr()
+    assert "broken.json: skipped (malformed or truncated JSON" in captured.out
+    assert len(pd.read_csv(tmp_path / "o" / "kernel_runs.csv")) == 1
+
+
+def test_json_summary(tmp_path, capsys):
+    assert cli([str(FIXTURES / "ptxas_truncated.log"), "--out", str(tmp_path), "--json"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    (entry,) = summary["files"]
+    assert entry["source_format"] == "ptxas_log" and entry["kept"] == 1 and entry["quarantined"] == 1
+    assert entry["records_in"] == entry["kept"] + entry["quarantined"] + entry["other_records"]

@@ -98,14 +98,18 @@ def test_seed_items_bad_item_and_schema_quarantine():
 
 
 @pytest.mark.parametrize("name, fragment", [
-    ("trace_truncated.json", "malformed or truncated JSON at line 1"),
+    ("trace_truncated.json", "malformed or truncated JSON (EOF while parsing"),
     ("unknown_format.txt", "unrecognized format"),
 ])
 def test_unknown_or_truncated_files_raise_one_line(name, fragment):
     with pytest.raises(IngestError) as info:
-        ingest_paths([FIXTURES / name])
+        parse_path(FIXTURES / name)
     message = str(info.value)
     assert "\n" not in message and fragment in message and name in message
+    # ... and in a run of several files, the file is listed as skipped: the others are read
+    result = ingest_paths([FIXTURES / name, FIXTURES / "ptxas_truncated.log"])
+    assert [(s.path.rsplit("/", 1)[-1], fragment in s.reason) for s in result.skipped] == [(name, True)]
+    assert len(result.rows) == 1 and len(result.summaries) == 1
 
 
 def test_binary_and_empty_files(tmp_path):
@@ -123,14 +127,7 @@ def test_json_that_is_no_known_trace(tmp_path):
         detect_format(tmp_path / "cfg.json")
 
 
-def test_missing_path():
-    with pytest.raises(IngestError, match="no such file"):
-        ingest_paths([Path("does/not/exist.csv")])
-
-
-def test_named_unknown_files_can_be_skipped_on_request():
-    result = ingest_paths([FIXTURES / "unknown_format.txt", FIXTURES / "ptxas_truncated.log"], skip_unknown=True)
-    assert [s.path.rsplit("/", 1)[-1] for s in result.skipped] == ["unknown_format.txt"]
-    assert len(result.summaries) == 1 and len(result.rows) == 1
-    with pytest.raises(IngestError):  # garbled, not unknown: never skipped
-        ingest_paths([FIXTURES / "trace_truncated.json"], skip_unknown=True)
+def test_missing_path_is_skipped_with_its_reason():
+    result = ingest_paths([Path("does/not/exist.csv"), FIXTURES / "ptxas_truncated.log"])
+    assert [(s.path, s.reason) for s in result.skipped] == [("does/not/exist.csv", "no such file or directory")]
+    assert len(result.rows) == 1

@@ -22,7 +22,8 @@ import pytest
 
 from kernaudit_pipeline.core.hardware import resources_for
 from kernaudit_pipeline.ingest import SourceFormat, UnknownFormat, expand, ingest_paths, parse_path, validate
-from kernaudit_pipeline.occupancy import LIMITER_ORDER, limiters_from_ncu, theoretical_occupancy
+from kernaudit_pipeline.ingest._common import identify
+from kernaudit_pipeline.spill_diagnostics.occupancy import LIMITER_ORDER, limiters_from_ncu, theoretical_occupancy
 from kernaudit_pipeline.settings import H200_SAMPLES_DIR
 from kernaudit_pipeline.spill_diagnostics import diagnose
 
@@ -45,6 +46,13 @@ def parsed() -> dict[Path, tuple[SourceFormat, object]]:
     return out
 
 
+def _records(p) -> list[dict]:
+    """A parse's rows as dicts, whether parsed one by one or in bulk (a runner JSONL)."""
+    bulk = [] if p.frame is None else [{k: (None if isinstance(v, float) and v != v else v) for k, v in r.items()}
+                                       for r in p.frame.to_dict("records")]
+    return p.rows + bulk
+
+
 def _of(parsed, fmt):
     return [(p, r) for p, (f, r) in parsed.items() if f is fmt]
 
@@ -64,7 +72,7 @@ def test_ncu_raw_every_launch_is_a_row(parsed):
         launches = [r for r in body if r[0].strip()]  # the units row has an empty ID
         assert len(launches) == p.records_in == len(p.rows) + len(p.quarantine)
         assert not p.quarantine, p.quarantine[:1]
-        assert sorted(r["ncu_launch_id"] for r in p.rows) == sorted(int(r[0]) for r in launches)
+        assert sorted(r["ncu_launch_id"] for r in _records(p)) == sorted(int(r[0]) for r in launches)
 
 
 def test_ncu_details_every_launch_is_a_row_and_rules_are_kept(parsed):
@@ -81,7 +89,7 @@ def test_torch_trace_every_kernel_event_is_counted(parsed):
     for path, p in _of(parsed, SourceFormat.TORCH_TRACE):
         events = json.loads(path.read_text())["traceEvents"]
         kernels = [e for e in events if str(e.get("cat", "")).lower() == "kernel"]
-        assert sum(r["latency_samples"] for r in p.rows) + len(p.quarantine) == len(kernels) > 0
+        assert sum(r["latency_samples"] for r in _records(p)) + len(p.quarantine) == len(kernels) > 0
         assert p.other_records == len(events) - len(kernels)
         assert not p.quarantine
 
@@ -103,7 +111,7 @@ def test_runner_jsonl_every_line_is_accounted_for(parsed):
     for path, p in _of(parsed, SourceFormat.RUNNER_JSONL):
         kinds = [json.loads(line)["record_type"] for line in path.read_text().splitlines() if line.strip()]
         assert p.records_in == len(kinds) and not p.quarantine
-        assert len(p.rows) == sum(k in ("run", "baseline") for k in kinds)
+        assert p.row_count == sum(k in ("run", "baseline") for k in kinds)
         assert p.other_records == sum(k in ("peak", "summary") for k in kinds)
         assert len(p.peaks) == kinds.count("peak")
 
@@ -122,8 +130,13 @@ def test_all_files_validate_into_kernel_runs():
 # --------------------------------------------------------------------------------------------
 # base units, cross-checked between formats
 # --------------------------------------------------------------------------------------------
+def _is_triton(row: dict) -> bool:
+    """A launch of a kernels/ module's own Triton kernel (not a baseline or helper kernel in its capture)."""
+    return identify(str(row.get("profiler_kernel_name") or row["kernel_name"])) is not None
+
+
 def _triton_rows(parsed, fmt) -> list[dict]:
-    return [r for _, p in _of(parsed, fmt) for r in p.rows if "kernel_module" in r]
+    return [r for _, p in _of(parsed, fmt) for r in _records(p) if _is_triton(r)]
 
 
 def _key(r: dict) -> tuple:
@@ -142,7 +155,7 @@ def test_ncu_shared_memory_in_bytes_matches_the_torch_trace(parsed):
 
 
 def _by_config(parsed, fmt) -> dict[tuple, dict]:
-    return {(r["kernel_name"], r.get("shape_name"), r["config_id"]): r for _, p in _of(parsed, fmt) for r in p.rows
+    return {(r["kernel_name"], r.get("shape_name"), r["config_id"]): r for _, p in _of(parsed, fmt) for r in _records(p)
             if r.get("config_id") and not str(r["config_id"]).startswith("baseline")}
 
 
@@ -167,7 +180,7 @@ def test_ncu_agrees_with_the_runner_and_ptxas_in_base_units(parsed):
         assert n["registers_per_thread"] == ptxas[key]["registers_per_thread"]
         spills = ptxas[key]["spill_stores_bytes"] > 0
         assert spills == (n["local_spill_requests"] > 0), key  # static and dynamic spill evidence agree
-    cache = [r for _, p in _of(parsed, SourceFormat.TRITON_CACHE) for r in p.rows]
+    cache = [r for _, p in _of(parsed, SourceFormat.TRITON_CACHE) for r in _records(p)]
     for row in cache:  # the cubins in the cache are the GEMM's ANCHORS pair
         twin = ptxas[("gemm_bf16", "llama3_8b_qkv_prefill", f"BK64_BM128_BN256_GM8_s3_w{row['num_warps']}")]
         for column in ("registers_per_thread", "spill_stores_bytes", "spill_loads_bytes", "stack_frame_bytes"):
@@ -199,7 +212,7 @@ def test_latencies_are_microseconds_in_every_format(parsed):
 # --------------------------------------------------------------------------------------------
 def _ncu_launch_rows(parsed) -> list[dict]:
     return [r for fmt in (SourceFormat.NCU_RAW, SourceFormat.NCU_DETAILS) for _, p in _of(parsed, fmt)
-            for r in p.rows]
+            for r in _records(p)]
 
 
 def test_occupancy_limits_equal_ncu_on_every_launch(parsed):
@@ -230,13 +243,13 @@ def test_occupancy_limits_equal_ncu_on_every_launch(parsed):
 # --------------------------------------------------------------------------------------------
 def test_spilling_kernels_and_only_those_are_diagnosed(parsed):
     for fmt in (SourceFormat.NCU_RAW, SourceFormat.NCU_DETAILS):
-        rows = [r for _, p in _of(parsed, fmt) for r in p.rows]
+        rows = [r for _, p in _of(parsed, fmt) for r in _records(p)]
         out = diagnose(pd.DataFrame(rows))
         runs_spills = out["local_spill_requests"].fillna(0) > 0
         assert (out["spill_detected"] == runs_spills).all()
         flagged = out["spill_causes_stalls"]
         assert not (flagged & ~runs_spills).any(), "a kernel without spill evidence was flagged"
-        triton = out["kernel_module"].notna()
+        triton = pd.Series([_is_triton(r) for r in rows], index=out.index)
         # every audited Triton config that spills at run time is diagnosed, with cited evidence
         assert (triton & runs_spills).sum() >= 4 and flagged[triton & runs_spills].all(), \
             out.loc[triton & runs_spills, ["kernel_name", "config_id", "diag_notes"]].to_dict("records")

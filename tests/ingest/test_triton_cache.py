@@ -55,7 +55,7 @@ def test_cache_rows_carry_cubin_resources_and_spills(cache_dir):
     (summary,) = result.summaries
     assert summary.source_format == "triton_cache"
     assert summary.records_in == summary.rows + summary.quarantined + summary.other_records
-    by_shared = {r["shared_mem_dynamic_bytes"]: r for r in result.rows}
+    by_shared = {r["shared_mem_dynamic_bytes"]: r for r in result.rows.to_dict("records")}
     clean = by_shared[compiled["clean"].metadata.shared]
     spill = by_shared[compiled["spill"].metadata.shared]
     for row, label in ((clean, "clean"), (spill, "spill")):

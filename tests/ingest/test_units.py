@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from kernaudit_pipeline.ingest._common import (
-    BadValue, bytes_from, compute_capability_from_arch, dims_product, freq_to_mhz, parse_number, time_to_us,
+from kernaudit_pipeline.ingest._common import compute_capability_from_arch
+from kernaudit_pipeline.ingest.units import (
+    BadValue, bytes_from, dims_product, freq_to_mhz, parse_number, time_to_us,
 )
 
 

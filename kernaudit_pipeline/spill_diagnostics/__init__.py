@@ -1,41 +1,16 @@
 """The ``spill_diagnostics`` stage: does a kernel spill, does it hurt, and what limits it.
 
-Static evidence is ptxas' spill store/load bytes (or a stack frame, which a
-Triton kernel only has when it spills). Dynamic evidence is Nsight Compute's
-local-memory spilling requests and the lg_throttle / long_scoreboard stall
-shares. A row with no spill evidence is never flagged.
+One package per question, each a module:
 
-The spill -> stall chain concludes "register spilling causes memory stalls"
-(``spill_causes_stalls``) only when
+- :mod:`.chain`: spill evidence per source and the spill -> stall chain;
+- :mod:`.occupancy`: theoretical occupancy and its limiter, as the hardware allocates;
+- :mod:`.sram`: shared memory per block against the SM, and its reuse per FLOP;
+- :mod:`.roofline`: the roofline position (SOL %, headroom, bottleneck).
 
-1. there is spill evidence: spill bytes > 0, a stack frame > 0, or ncu's
-   ``derived__local_spilling_requests`` > 0; and
-2. the spills run: when ncu measured the local spilling requests, they are
-   > 0 (static spills on a path never taken cause no stall); and
-3. the stalls are the ones spills cause: lg_throttle >= 10 % of the warp
-   cycles between issued instructions (the LSU queue filling with local
-   loads/stores), or long_scoreboard >= 50 % while local spilling requests
-   were measured > 0 (warps waiting on those local loads).
-
-Why these thresholds: in the committed H200 captures (samples/h200, ncu
-2025.3.1) the spilling Triton configs spent 15.9 % (flash attention
-BM256/w4), 32.6 % (fp8 GEMM 256x256/w4), 36.9 % and 41.0 % (bf16 GEMM
-256x256/w4 and 128x256/w4) of their warp cycles in lg_throttle; every clean
-Triton config spent at most 4.5 %. The paged-decode config on one warp
-(64 registers, 20,056 B of ptxas spill stores) shows 0 % lg_throttle but
-72.6 % long_scoreboard with 8.7 M local spilling requests: with one warp the
-LSU queue never fills, and the warp waits on its spilled loads instead.
-long_scoreboard alone does not separate spills (49 % in the clean
-paged-decode config, 83 % in PyTorch's gather kernels: global loads cause it
-too), hence it only counts once local spilling traffic is measured. A cuDNN kernel with
-0.99 M local spilling requests but 0.003 % lg_throttle and 14 % long_scoreboard
-is reported as spilling, not as stalled by it.
-Every figure checked is cited as ``{metric, value, op, threshold, met}``.
-
-Beside the chain, each row gets its occupancy and limiter
-(:mod:`occupancy`), SRAM efficiency (:mod:`sram`) and roofline position
-(:mod:`roofline`). An unknown GPU is said so in ``diag_notes``; whatever needs
-no spec is still computed.
+:func:`diagnose` runs all four on any frame with any subset of the ``kernel_runs`` columns
+(a foreign trace may carry only a name and a duration; an empty frame is a normal case).
+An unknown GPU is said so in ``diag_notes``; whatever needs no spec is still computed, and
+occupancy is computed only where the spec table knows the device (never for AMD rows).
 """
 
 from __future__ import annotations
@@ -47,14 +22,14 @@ from typing import Any, Iterable
 
 import pandas as pd
 
-from kernaudit_pipeline.core.hardware import lookup, resources_for
-from kernaudit_pipeline.occupancy import Occupancy, limiters_from_ncu, theoretical_occupancy
-from kernaudit_pipeline.roofline import MeasuredPeak, peak_from_record, roofline
-from kernaudit_pipeline.sram import sram_efficiency
-from kernaudit_pipeline.core.values import finite_float as _num, as_int as _int
-
-LG_THROTTLE_SHARE_PCT = 10.0
-LONG_SCOREBOARD_SHARE_PCT = 50.0
+from kernaudit_pipeline.core.hardware import Vendor, lookup, resources_for, vendor_of
+from kernaudit_pipeline.core.values import as_int as _int
+from kernaudit_pipeline.spill_diagnostics.chain import (
+    LG_THROTTLE_SHARE_PCT, LONG_SCOREBOARD_SHARE_PCT, Evidence, spill_chain, spill_detected,
+)
+from kernaudit_pipeline.spill_diagnostics.occupancy import Occupancy, limiters_from_ncu, theoretical_occupancy
+from kernaudit_pipeline.spill_diagnostics.roofline import MeasuredPeak, peak_from_record, roofline
+from kernaudit_pipeline.spill_diagnostics.sram import sram_efficiency
 
 DIAG_COLUMNS = (
     "gpu_spec", "occupancy_pct", "occupancy_limiter", "occupancy_limiters", "blocks_per_sm",
@@ -75,67 +50,6 @@ def _text(value: object) -> str | None:
     return text or None
 
 
-def _pos(value: object) -> bool:
-    f = _num(value)
-    return f is not None and f > 0
-
-
-def spill_detected(row: dict | pd.Series) -> bool:
-    """Spills are detected from spill bytes (static) or local spill requests (ncu)."""
-    get = row.get
-    return any(_pos(get(col)) for col in ("spill_stores_bytes", "spill_loads_bytes", "local_spill_requests"))
-
-
-@dataclass(frozen=True)
-class Evidence:
-    metric: str
-    value: float
-    op: str  # ">" or ">="
-    threshold: float
-    met: bool
-
-
-def _check(metric: str, value: object, op: str, threshold: float) -> Evidence | None:
-    v = _num(value)
-    if v is None:
-        return None
-    met = v > threshold if op == ">" else v >= threshold
-    return Evidence(metric, v, op, threshold, met)
-
-
-def spill_chain(row: dict | pd.Series) -> tuple[bool, list[Evidence], str]:
-    """(spilling causes memory stalls?, the figures checked, one-line verdict)."""
-    get = row.get
-    checks = [
-        _check("spill_stores_bytes", get("spill_stores_bytes"), ">", 0),
-        _check("spill_loads_bytes", get("spill_loads_bytes"), ">", 0),
-        _check("stack_frame_bytes", get("stack_frame_bytes"), ">", 0),
-        _check("local_spill_requests", get("local_spill_requests"), ">", 0),
-        _check("local_memory_bytes", get("local_memory_bytes"), ">", 0),
-        _check("stall_lg_throttle_pct", get("stall_lg_throttle_pct"), ">=", LG_THROTTLE_SHARE_PCT),
-        _check("stall_long_scoreboard_pct", get("stall_long_scoreboard_pct"), ">=", LONG_SCOREBOARD_SHARE_PCT),
-    ]
-    evidence = [c for c in checks if c is not None]
-    by = {e.metric: e for e in evidence}
-    static = any(by[m].met for m in ("spill_stores_bytes", "spill_loads_bytes", "stack_frame_bytes") if m in by)
-    dyn = by.get("local_spill_requests")
-    if not static and not (dyn and dyn.met):
-        return False, evidence, "no spill evidence"
-    if dyn is not None and not dyn.met:
-        return False, evidence, "static spills, but ncu measured 0 local spilling requests: not executed"
-    lg = by.get("stall_lg_throttle_pct")
-    ls = by.get("stall_long_scoreboard_pct")
-    if lg is None and ls is None:
-        return False, evidence, "spills, but no stall figures to tie them to stalls"
-    if lg is not None and lg.met:
-        return True, evidence, (f"register spilling causes memory stalls: lg_throttle {lg.value:.1f}% "
-                                f">= {LG_THROTTLE_SHARE_PCT:g}%")
-    if ls is not None and ls.met and dyn is not None and dyn.met:
-        return True, evidence, (f"register spilling causes memory stalls: long_scoreboard {ls.value:.1f}% "
-                                f">= {LONG_SCOREBOARD_SHARE_PCT:g}% with {dyn.value:,.0f} local spilling requests")
-    return False, evidence, "spills, but lg_throttle/long_scoreboard below the thresholds"
-
-
 def _peaks(peaks: Iterable[MeasuredPeak | dict] | None) -> tuple[MeasuredPeak, ...]:
     out: list[MeasuredPeak] = []
     for p in peaks or ():
@@ -145,9 +59,18 @@ def _peaks(peaks: Iterable[MeasuredPeak | dict] | None) -> tuple[MeasuredPeak, .
     return tuple(out)
 
 
+def _is_amd(row: dict | pd.Series) -> bool:
+    return vendor_of(row.get("device_name"), backend=_text(row.get("vendor"))) is Vendor.AMD
+
+
 def _occupancy(row: dict | pd.Series, notes: list[str]) -> tuple[Occupancy | None, int | None]:
     get = row.get
-    sm = resources_for(get("device_name"), get("compute_capability"))
+    sm = resources_for(get("device_name"), get("compute_capability"), get("vendor"))
+    if _is_amd(row):
+        notes.append(f"{_text(get('device_name')) or 'an AMD GPU'}: AMD, and the spec table holds NVIDIA devices "
+                     "only: no occupancy")
+        smem = _int(get("shared_mem_bytes"))
+        return None, smem
     regs = _int(get("registers_per_thread"))
     threads = _int(get("threads_per_block"))
     if threads is None and _int(get("num_warps")):
@@ -172,7 +95,7 @@ def diagnose_fields(row: dict | pd.Series, peaks: tuple[MeasuredPeak, ...] = ())
     get = row.get
     notes: list[str] = []
     spec = lookup(get("device_name"))
-    sm = resources_for(get("device_name"), get("compute_capability"))
+    sm = resources_for(get("device_name"), get("compute_capability"), get("vendor"))
     occ, smem = _occupancy(row, notes)
     ncu_lims = limiters_from_ncu({k: get(f"ncu_occupancy_limit_{k}") for k in ("registers", "shared_mem", "warps", "blocks")})
     matches = None
@@ -189,7 +112,7 @@ def diagnose_fields(row: dict | pd.Series, peaks: tuple[MeasuredPeak, ...] = ())
         notes.append(f"roofline: {roof.note}")
     causes, evidence, verdict = spill_chain(row)
     notes.append(verdict)
-    if spec is None and _text(get("device_name")) is not None:
+    if spec is None and _text(get("device_name")) is not None and not _is_amd(row):
         notes.insert(0, f"unknown GPU {_text(get('device_name'))!r}")
     return {
         "gpu_spec": spec.name if spec else None,
@@ -232,11 +155,13 @@ def diagnose(comparisons: pd.DataFrame, *, peaks: Iterable[MeasuredPeak | dict] 
     beyond the seed's seven fields). ``peaks``: the runner's measured ceilings.
     """
     out = comparisons.copy()
-    out["spill_detected"] = [spill_detected(row) for _, row in out.iterrows()]
+    records = out.to_dict("records")
+    # bool dtype even when empty: an empty object column used as a mask selects columns
+    out["spill_detected"] = pd.Series([spill_detected(r) for r in records], index=out.index, dtype=bool)
     measured = _peaks(peaks)
-    fields = [diagnose_fields(row, measured) for _, row in out.iterrows()]
+    fields = [diagnose_fields(r, measured) for r in records]
     for column in DIAG_COLUMNS:
-        out[column] = [f[column] for f in fields] if fields else pd.Series(dtype="object")
+        out[column] = pd.Series([f[column] for f in fields], index=out.index, dtype=object)
     for column in ("occupancy_pct", "smem_pct_of_sm", "smem_bytes_per_flop", "achieved_tflops", "achieved_gbps",
                    "arithmetic_intensity", "compute_sol_pct", "memory_sol_pct", "efficiency_pct", "headroom_pct",
                    "compute_ceiling_tflops", "bandwidth_ceiling_gb_per_s"):
@@ -248,6 +173,10 @@ def diagnose(comparisons: pd.DataFrame, *, peaks: Iterable[MeasuredPeak | dict] 
         out[column] = pd.array(out[column], dtype="boolean")
     out["spill_causes_stalls"] = out["spill_causes_stalls"].astype(bool)
     return out
+
+
+__all__ = ["DIAG_COLUMNS", "Evidence", "LG_THROTTLE_SHARE_PCT", "LONG_SCOREBOARD_SHARE_PCT", "diagnose",
+           "diagnose_fields", "diagnose_record", "spill_chain", "spill_detected"]
 
 
 def _jsonable(value: object) -> object:

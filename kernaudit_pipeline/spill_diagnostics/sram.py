@@ -26,7 +26,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from kernaudit_pipeline.core.hardware import SMResources
-from kernaudit_pipeline.occupancy import Limiter, Occupancy
+from kernaudit_pipeline.spill_diagnostics.occupancy import Limiter, Occupancy
 
 ELEM_BYTES = {"bf16": 2, "fp16": 2, "fp8": 1, "fp8e4m3": 1, "fp8e4nv": 1, "fp8e5": 1,
               "fp8e5m2": 1, "fp32": 4, "tf32": 4}
