@@ -93,7 +93,15 @@ def collect(paths: DataPaths, *, sources: list[str] | None = None, include_synth
         note = ("no GPU here: this audit uses the real static compile plus the committed sample traces "
                 "(real H200 runs in samples/h200) and the synthetic attention tables (samples/synthetic, "
                 "modelled, not measured)")
-    return read_files(files, mode, note)
+    traces = read_files(files, mode, note)
+    if sources and traces.files and all(f.source_format == "skipped" for f in traces.files):
+        first = traces.files[0]
+        raise NoReadableSource(f"no trace given could be read ({first.path}: {first.note})")
+    return traces
+
+
+class NoReadableSource(ValueError):
+    """Every trace named for the audit was unreadable: there is nothing to audit."""
 
 
 def read_files(files: list[Path], mode: TraceMode, note: str) -> RawTraces:

@@ -321,7 +321,7 @@ def _proton_cases() -> list[tuple[str, Callable[[Path], Path], int | None, bool]
          None, True),
         ("proton: time is a string", lambda d: _w(d / "p3.hatchet", hatchet(node("ROOT", [node("k", **{
             "time (ns)": "fast"})]))), 1, True),
-        ("proton: 3000-deep tree", lambda d: _w(d / "p4.hatchet", json.dumps([_deep_tree(3000)])), None, True),
+        ("proton: 3000-deep tree", lambda d: _w(d / "p4.hatchet", "[" + _deep_tree(3000) + "]"), None, True),
         ("proton: children not a list", lambda d: _w(d / "p5.hatchet", json.dumps([{"frame": {"name": "ROOT"},
                                                                                       "children": 5}])), None, True),
         ("proton: flops and bytes", lambda d: _w(d / "p6.hatchet", hatchet(node("ROOT", [node(
@@ -331,11 +331,11 @@ def _proton_cases() -> list[tuple[str, Callable[[Path], Path], int | None, bool]
     ]
 
 
-def _deep_tree(depth: int) -> dict:
-    root: dict = {"frame": {"name": "leaf"}, "metrics": {"time (ns)": 5, "count": 1}, "children": []}
-    for i in range(depth):
-        root = {"frame": {"name": f"n{i}"}, "metrics": {}, "children": [root]}
-    return root
+def _deep_tree(depth: int) -> str:
+    """A Proton tree ``depth`` scopes deep, as text (json.dumps itself recurses too deep)."""
+    leaf = json.dumps({"frame": {"name": "leaf"}, "metrics": {"time (ns)": 5, "count": 1}, "children": []})
+    heads = "".join('{"frame": {"name": "n%d"}, "metrics": {}, "children": [' % i for i in reversed(range(depth)))
+    return heads + leaf + "]}" * depth
 
 
 def _ptxas_cases() -> list[tuple[str, Callable[[Path], Path], int | None, bool]]:
@@ -571,7 +571,10 @@ def _count_rows(out_dir: Path) -> tuple[int, int] | None:
     try:
         import pandas as pd
 
-        kept = len(pd.read_csv(out_dir / "kernel_runs.csv"))
+        runs = pd.read_csv(out_dir / "kernel_runs.csv")
+        # a torch.profiler row stands for its launches (latency_samples kernel events)
+        grouped = runs["source_format"].astype(str).eq("torch_trace") & runs["latency_samples"].notna()
+        kept = int((~grouped).sum() + runs.loc[grouped, "latency_samples"].sum())
         quarantined = len(pd.read_csv(out_dir / "quarantine.csv"))
         return kept, quarantined
     except Exception:  # noqa: BLE001 - a missing or empty table reads as "not accounted"

@@ -10,26 +10,7 @@ import pytest
 from tests.faults.campaign import cases, run_campaign
 
 CASES = cases()
-KNOWN_FAILURES: frozenset[str] = frozenset({
-    'ingest / 100000-deep array',
-    'ingest / 10^400 integer block_m',
-    'ingest / 10^400 integer latency',
-    'ingest / 3000-deep array',
-    'ingest / 3000-deep object',
-    'ingest / FIFO',
-    'ingest / deep value inside a seed item',
-    'ingest / no paths',
-    'ingest / proton: 3000-deep tree',
-    'ingest / ptxas: registers 9^400',
-    'ingest / runner: 10^400 integer',
-    'ingest / runner: 3000-deep line',
-    'ingest / symlink loop',
-    'ingest / trace: 10^400 ts',
-    'ingest / trace: 3000-deep args',
-    'ingest / triton cache: .json 5000 deep',
-    'ingest / triton cache: .json is a directory',
-    'ingest / triton cache: one .json missing',
-})
+KNOWN_FAILURES: frozenset[str] = frozenset()
 
 
 @pytest.fixture(scope="module")
