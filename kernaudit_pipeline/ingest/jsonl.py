@@ -154,13 +154,14 @@ def _parse_line(record: int, line_no: int, raw: bytes, pydantic_core) -> Line:
     return Line(record, line_no, obj, None, shown)
 
 
-def stream(path: Path, columns: Mapping[str, Kind], *, batch_rows: int = BATCH_ROWS,
+def stream(path: Path, columns: Mapping[str, Kind], *, batch_rows: int | None = None,
            bulk: bool = True) -> Iterator[Batch]:
     """The file's records: bulk batches while every cell reads exactly, then line by line.
 
     A bulk batch's ``frame`` holds the named columns (numbers as float, missing as NaN/None)
     and ``_record``, the record index (line numbers: :func:`line_numbers`).
     """
+    batch_rows = batch_rows or BATCH_ROWS
     done = 0
     if bulk:
         try:

@@ -29,7 +29,7 @@ import pydantic_core
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from kernaudit_pipeline.bench.records import LEGACY_SPILL_SOURCE_PREFIX, STACK_FRAME_SOURCE, RecordType
-from kernaudit_pipeline.ingest.jsonl import BATCH_ROWS, Kind, Line, line_numbers, stream
+from kernaudit_pipeline.ingest.jsonl import Kind, Line, line_numbers, stream
 from kernaudit_pipeline.ingest._common import Parsed, bad
 from kernaudit_pipeline.kernel_runs import COLUMNS, NUMERIC_COLUMNS, STRING_COLUMNS
 
@@ -107,7 +107,7 @@ def parse(path: Path, source_file: str) -> Parsed:
 
 
 def parse_chunks(path: Path, source_file: str, *, bulk: bool = True,
-                 batch_rows: int = BATCH_ROWS) -> Iterator[Parsed]:
+                 batch_rows: int | None = None) -> Iterator[Parsed]:
     """The file in batches: rows, quarantine, peaks and counts of each batch."""
     for batch in stream(path, BULK_COLUMNS, bulk=bulk, batch_rows=batch_rows):
         if batch.frame is not None:

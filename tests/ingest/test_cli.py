@@ -105,3 +105,22 @@ def test_json_summary(tmp_path, capsys):
     (entry,) = summary["files"]
     assert entry["source_format"] == "ptxas_log" and entry["kept"] == 1 and entry["quarantined"] == 1
     assert entry["records_in"] == entry["kept"] + entry["quarantined"] + entry["other_records"]
+
+
+def test_a_runner_jsonl_is_written_batch_by_batch(tmp_path, capsys, monkeypatch):
+    from kernaudit_pipeline.ingest import jsonl
+
+    monkeypatch.setattr(jsonl, "BATCH_ROWS", 3)
+    rows = [{"record_type": "run", "kernel_name": "k", "config_id": f"c{i}", "latency_us": 1.0 + i,
+             "baseline_us": 2.0} for i in range(10)]
+    lines = [json.dumps(r) for r in rows]
+    lines.insert(7, json.dumps({**rows[0], "latency_us": True}))  # turns the rest to exact reading
+    lines.insert(2, json.dumps({"record_type": "peak", "peak_name": "dram", "peak_gb_per_s": 4000.0}))
+    (tmp_path / "r.jsonl").write_text("\n".join(lines) + "\n")
+    assert cli([str(tmp_path / "r.jsonl"), "--out", str(tmp_path / "o")]) == 0
+    runs = pd.read_csv(tmp_path / "o" / "kernel_runs.csv")
+    quarantine = pd.read_csv(tmp_path / "o" / "quarantine.csv")
+    assert sorted(runs["latency_us"]) == [1.0 + i for i in range(10)]
+    assert len(quarantine) == 1 and "boolean" in quarantine.loc[0, "reason"]
+    assert len(pd.read_csv(tmp_path / "o" / "peaks.csv")) == 1
+    assert "10 rows normalized, 1 quarantined, 1 non-row records (12 records in)" in capsys.readouterr().out
