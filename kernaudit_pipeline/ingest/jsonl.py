@@ -21,6 +21,8 @@ kinds, and decides what a record means.
 
 from __future__ import annotations
 
+import queue
+import threading
 import zlib
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -87,20 +89,50 @@ def _sql(path: Path, columns: Mapping[str, Kind]) -> str:
 
 
 def _bulk(path: Path, columns: Mapping[str, Kind], batch_rows: int) -> Iterator[pd.DataFrame]:
-    """Record batches from DuckDB; raises whatever DuckDB raises, at any point."""
+    """Record batches from DuckDB; raises whatever DuckDB raises, at any point.
+
+    The next batch is read in a helper thread while the caller works on the current one
+    (DuckDB and Arrow release the GIL while they parse and convert), so reading and
+    validating overlap on two cores. At most one batch waits ahead.
+    """
     import duckdb  # noqa: PLC0415 - heavy, and only needed here
 
     con = duckdb.connect()
+    done = object()
+    ahead: queue.Queue = queue.Queue(maxsize=1)
+    stop = threading.Event()
+
+    def produce() -> None:
+        try:
+            con.execute("SET preserve_insertion_order = true")
+            reader = con.sql(_sql(path, columns)).to_arrow_reader(batch_rows)
+            while not stop.is_set():
+                try:
+                    batch = reader.read_next_batch()
+                except StopIteration:
+                    break
+                ahead.put(batch.to_pandas())
+            ahead.put(done)
+        except BaseException as exc:  # noqa: BLE001 - handed to the consumer, raised there
+            ahead.put(exc)
+
+    worker = threading.Thread(target=produce, name="kernaudit-jsonl-bulk", daemon=True)
+    worker.start()
     try:
-        con.execute("SET preserve_insertion_order = true")
-        reader = con.sql(_sql(path, columns)).to_arrow_reader(batch_rows)
         while True:
-            try:
-                batch = reader.read_next_batch()
-            except StopIteration:
+            item = ahead.get()
+            if item is done:
                 return
-            yield batch.to_pandas()
+            if isinstance(item, BaseException):
+                raise item
+            yield item
     finally:
+        stop.set()
+        while worker.is_alive():  # unblock a producer waiting to put, then let it finish
+            try:
+                ahead.get(timeout=0.1)
+            except queue.Empty:
+                pass
         con.close()
 
 

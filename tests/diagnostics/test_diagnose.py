@@ -71,3 +71,14 @@ def test_profiler_rows_through_ingest_validate_and_diagnose():
     assert ncu["gpu_spec"] == "H200-SXM-141GB"
     assert out["occupancy_matches_ncu"].isna().all()  # the fixture has no ncu limit columns
     assert out["blocks_per_sm"].dtype == "Int64" and out["occupancy_pct"].dtype == float
+
+
+def test_empty_and_sparse_frames_are_normal_cases():
+    """A foreign trace may give a name and a duration only; an audit may have no rows at all."""
+    empty = diagnose(pd.DataFrame())
+    assert empty.empty and empty["spill_detected"].dtype == bool
+    assert empty[empty["spill_detected"]].columns.tolist() == empty.columns.tolist()  # a mask, not a column pick
+    sparse = diagnose(pd.DataFrame([{"kernel_name": "someone_elses_kernel", "latency_us": 3.0}]))
+    row = sparse.iloc[0]
+    assert not row["spill_detected"] and pd.isna(row["occupancy_pct"]) and pd.isna(row["efficiency_pct"])
+    assert "occupancy: no registers" in row["diag_notes"]
