@@ -37,7 +37,7 @@ def _rows(paths: list[Path]):
     from kernaudit_pipeline.ingest import ingest_paths
 
     result = ingest_paths(paths)
-    checked = kernel_runs.normalize(list(result.rows))
+    checked = kernel_runs.normalize(result.rows)  # a frame of kernel_runs columns
     return checked.kernel_runs, len(result.quarantine) + len(checked.quarantine), list(result.peaks)
 
 
