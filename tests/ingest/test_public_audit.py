@@ -71,3 +71,16 @@ def test_foreign_kernels_reach_verdicts(audited):
     amd = diag[diag["vendor"] == "amd"]
     assert len(amd) > 0 and amd["occupancy_pct"].isna().all()
     assert amd["diag_notes"].str.contains("NVIDIA devices only").all()
+
+
+def test_every_foreign_group_ends_in_one_decision(audited):
+    _, report_dir = audited
+    report = json.loads((report_dir / "report.json").read_text())
+    decisions = report["decisions"]
+    keys = [(d["kernel_name"], d["shape_name"], d["device_name"]) for d in decisions]
+    assert len(keys) == len(set(keys)) > 100  # one decision per (kernel, shape, device)
+    softmax = [d for d in decisions if d["kernel_name"] == "softmax_kernel"]
+    assert len(softmax) == 3 and {d["baseline_name"] for d in softmax} == {"naive_softmax"}
+    assert all(d["decision"] != "NO_DECISION" and d["speedup"] > 1 for d in softmax)
+    alone = next(d for d in decisions if d["kernel_name"] == "triton_poi_fused_add_cos_sin_0")
+    assert alone["decision"] == "NO_DECISION" and "no baseline" in alone["reason"]
