@@ -96,13 +96,18 @@ def looks_like(first_line: str) -> bool:
 
 
 def parse(path: Path, source_file: str) -> Parsed:
-    """The whole file as one :class:`Parsed` (rows as a frame when they came in bulk)."""
+    """The whole file as one :class:`Parsed`, rows as dicts (``record_type`` included): the
+    form callers of one file want. ``kernaudit ingest`` streams :func:`parse_chunks` instead."""
     parts = list(parse_chunks(path, source_file))
-    frames = [p.frame for p in parts if p.frame is not None and len(p.frame)]
-    return Parsed(rows=[r for p in parts for r in p.rows], quarantine=[q for p in parts for q in p.quarantine],
+    rows: list[dict] = []
+    for p in parts:
+        rows += p.rows
+        if p.frame is not None:
+            rows += [_plain(r) for r in p.frame.to_dict("records")]
+    rows.sort(key=lambda r: r["source_row"])
+    return Parsed(rows=rows, quarantine=[q for p in parts for q in p.quarantine],
                   records_in=sum(p.records_in for p in parts), other_records=sum(p.other_records for p in parts),
                   peaks=[k for p in parts for k in p.peaks],
-                  frame=pd.concat(frames, ignore_index=True) if frames else None,
                   note=f"{sum(len(p.peaks) for p in parts)} peak records")
 
 
@@ -125,8 +130,7 @@ def _from_frame(frame: pd.DataFrame, path: Path, source_file: str) -> Parsed:
     is_row = kinds.isin([str(t) for t in ROW_TYPES])
     known = kinds.isin([str(t) for t in RecordType])
     rows = legacy_spill_fix_frame(frame.loc[is_row, [c for c in COLUMNS if c in frame.columns]
-                                            + ["spill_bytes_source"]])
-    rows = rows.drop(columns=["spill_bytes_source"])
+                                            + ["record_type", "spill_bytes_source"]])
     rows["source_format"] = FORMAT
     rows["source_file"] = source_file
     rows["source_row"] = frame.loc[is_row, "_record"].to_numpy()
