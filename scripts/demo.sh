@@ -15,6 +15,7 @@ unset ANTHROPIC_API_KEY
 OUT=docs/demo/transcript.md
 mkdir -p docs/demo
 PATH=$ROOT/.venv/bin:$PATH
+export PYTHONPATH=$ROOT${PYTHONPATH:+:$PYTHONPATH}
 
 clean() { sed -e "s|$WORK/data|\$KERNAUDIT_DATA_DIR|g" -e "s|$ROOT/|./|g" -e "s|$ROOT|.|g"; }
 
@@ -59,7 +60,9 @@ step() {
 } >"$OUT"
 
 # pip's warnings name this machine's package mirror: setup's own lines (stdout) only
-STDOUT_ONLY=1 step "Set up (idempotent; its own lines only, not pip's warnings)" 15 bash scripts/setup.sh
+if [ "${KERNAUDIT_SKIP_SETUP:-}" != 1 ]; then
+  STDOUT_ONLY=1 step "Set up (idempotent; its own lines only, not pip's warnings)" 15 bash scripts/setup.sh
+fi
 step "The seed's acceptance examples" 40 kernaudit assess examples/seed_starter.json --brief
 step "Ahead-of-time sm_90 compile: the 128x256 tile with 4 and with 8 warps" 30 \
   kernaudit static gemm_bf16 --configs BK64_BM128_BN256_GM8_s3_w4,BK64_BM128_BN256_GM8_s3_w8
@@ -78,9 +81,10 @@ step "Recommendations waiting for review" 15 kernaudit review list --state PENDI
 REC=$(kernaudit review list --json | python -c "
 import json, sys
 recs = json.load(sys.stdin)
-gemm = [r for r in recs if r['kernel_name'].startswith('gemm') and r['new_config']]
-print(next((r for r in gemm if r['action'] == 'increase_num_warps'), (gemm or recs)[0])['rec_id'])")
-step "A person approves one GEMM recommendation (a spill fix when there is one)" 10 kernaudit review approve "$REC" --reviewer demo --comment "evidence and verification read"
+changes = [r for r in recs if r['new_config']]
+verified = [r for r in changes if r['verification']['state'] == 'VERIFIED']
+print((verified or changes or recs)[0]['rec_id'])")
+step "A person approves one recommendation (a verified config change when there is one)" 10 kernaudit review approve "$REC" --reviewer demo --comment "evidence and verification read"
 step "Only approved configs are exported" 20 kernaudit export
 step "Accept the second audit as the new reference" 10 kernaudit history accept "$(kernaudit history list | tail -n 1 | awk '{print $1}')"
 step "History after accepting" 10 kernaudit history list
