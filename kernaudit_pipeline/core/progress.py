@@ -11,7 +11,8 @@ Standard library only, so the GPU runner can use it on a host without rich:
 
 On a terminal, with rich importable, it draws rich's live bar (done/total, elapsed, ETA).
 Otherwise (a pipe, a log file, CI, a bare GPU host) it prints plain lines, at most one every
-``PLAIN_EVERY_S`` seconds plus the first and the last, so a log stays readable:
+``PLAIN_EVERY_S`` seconds plus the last, so a log stays readable (a task done within
+``PLAIN_EVERY_S`` prints only its last line):
 ``verify: recompiles 12/40 (30 %) 1m05s elapsed, ETA 2m31s [gemm_bf16 BM128...]``.
 ``KERNAUDIT_PROGRESS=off`` (what ``kernaudit audit --quiet`` sets) silences it, also in child
 processes; ``KERNAUDIT_PROGRESS=plain`` forces the plain lines.
@@ -107,7 +108,7 @@ class Progress:
             self._rich.__enter__()
             self._task = self._rich.add_task(self.label, total=self.total, note="")
         elif self._mode == "plain":
-            self._emit(force=True)
+            self._last_line = self._clock()  # the first line comes after PLAIN_EVERY_S, or at the end
         return self
 
     def advance(self, n: int = 1, note: str = "") -> None:

@@ -35,10 +35,18 @@ def test_plain_lines_carry_done_total_and_an_eta_and_are_throttled(monkeypatch):
         clock.now = 60.0
         bar.advance(2)
     lines = out.getvalue().splitlines()
-    assert lines[0] == "verify: recompiles 0/4 (0%) 0s elapsed"
-    assert lines[1] == "verify: recompiles 1/4 (25%) 30s elapsed, ETA 1m30s [cfg-a]"
-    assert lines[2] == "verify: recompiles 4/4 (100%) 1m00s elapsed"  # the last one is always printed
-    assert len(lines) == 3
+    assert lines[0] == "verify: recompiles 1/4 (25%) 30s elapsed, ETA 1m30s [cfg-a]"
+    assert lines[1] == "verify: recompiles 4/4 (100%) 1m00s elapsed"  # the last one is always printed
+    assert len(lines) == 2
+
+
+def test_a_quick_task_prints_only_its_last_line(monkeypatch):
+    monkeypatch.delenv("KERNAUDIT_PROGRESS", raising=False)
+    out, clock = io.StringIO(), Clock()
+    with Progress("compiling for sm_90", 2, stream=out, clock=clock) as bar:
+        clock.now = 4.0
+        bar.advance(2, note="done")
+    assert out.getvalue().splitlines() == ["compiling for sm_90 2/2 (100%) 4s elapsed [done]"]
 
 
 def test_an_interrupted_task_says_so(monkeypatch):
