@@ -4,8 +4,10 @@ A kernel module declares ``REFERENCES`` (see :class:`kernaudit_pipeline.kernel_s
 a module without it has one primary reference, its ``baseline``. What a call *names* is not
 what runs: SDPA picks cuDNN, FLASH or memory-efficient attention by itself, and
 ``torch._scaled_mm`` dispatches to cuBLAS or CUTLASS by scale layout. So the runner profiles
-one call of each reference with ``torch.profiler`` and labels the backend from the GPU kernel
-that took the most time (:func:`classify_kernels`, pure, tested on recorded kernel names).
+one call of each reference with ``torch.profiler`` and labels the backend from the GPU kernels
+that took the time (:func:`classify_kernels`, pure, tested on recorded kernel names). A
+composite reference names each library with a real share of its GPU time: PyTorch's gather +
+SDPA is "PyTorch (ATen) + cuDNN" when the gather takes as long as the attention.
 """
 
 from __future__ import annotations
@@ -34,7 +36,12 @@ KERNEL_LIBRARIES: tuple[tuple[str, str], ...] = (
     ("ampere_", "cuBLAS"),
     ("cutlass", "CUTLASS"),
     ("triton", "Triton"),
+    ("at::native", "PyTorch (ATen)"),
 )
+# Driver copies and fills (cuBLAS and cuDNN launch a memset beside their GEMM): never a library.
+DRIVER_OPS = ("memset", "memcpy")
+# A library is named beside the largest when its kernels took at least this share of the time.
+MIN_SHARE = 0.10
 
 
 def references_of(mod: ModuleType) -> list[Reference]:
@@ -53,18 +60,32 @@ def references_of(mod: ModuleType) -> list[Reference]:
     return primary + [r for r in declared if r.key is not None]
 
 
-def classify_kernels(kernel_times: Sequence[tuple[str, float]]) -> str | None:
-    """The library of the kernel that took the most GPU time, from (name, time) pairs.
-
-    Unknown names are returned as they are (shortened), so the row still says what ran."""
-    if not kernel_times:
+def library_of(kernel_name: str) -> str | None:
+    """The library a kernel belongs to; None for driver copies and fills; the name itself
+    (shortened) when no library claims it, so a row still says what ran."""
+    lower = kernel_name.lower()
+    if any(lower.startswith(op) for op in DRIVER_OPS):
         return None
-    name = max(kernel_times, key=lambda kv: kv[1])[0]
-    lower = name.lower()
     for needle, library in KERNEL_LIBRARIES:
         if needle in lower:
             return library
-    return name[:80]
+    return kernel_name[:80]
+
+
+def classify_kernels(kernel_times: Sequence[tuple[str, float]], min_share: float = MIN_SHARE) -> str | None:
+    """What ran, from (kernel name, GPU time) pairs: the libraries that took at least
+    ``min_share`` of the time, largest first, joined by " + " (the largest alone otherwise)."""
+    totals: dict[str, float] = {}
+    for name, us in kernel_times:
+        library = library_of(name)
+        if library is not None:
+            totals[library] = totals.get(library, 0.0) + max(float(us), 0.0)
+    if not totals:
+        return None
+    ranked = sorted(totals.items(), key=lambda kv: -kv[1])
+    whole = sum(totals.values())
+    named = [lib for lib, us in ranked if whole > 0 and us >= min_share * whole] or [ranked[0][0]]
+    return " + ".join(named)
 
 
 def profile_kernels(fn: Callable[[], object], calls: int = 2) -> list[tuple[str, float]]:
