@@ -8,7 +8,9 @@
 #              usual, all references (FlashInfer JIT-compiled in the background meanwhile);
 #              then a torch.profiler trace of every reference (which library ran) and the
 #              paired do_bench cross-check.        -> bench_h200.jsonl, references_trace.json[.gz],
-#              references_trace.kernels.json, crosscheck.jsonl
+#              references_trace.kernels.json, crosscheck.json
+#   crosscheck the do_bench cross-check alone, on the best configs of this call's bench_h200.jsonl,
+#              else of the committed samples/h200/bench_h200.jsonl (about 90 s) -> crosscheck.json
 #   repeat:N   one independent runner invocation of issue 9's repeat subset -> repeat_N.jsonl
 #   captures   ncu, torch.profiler, Proton and ptxas captures of the capture plan (from this
 #              call's bench_h200.jsonl, else the committed one) -> ncu_raw.csv, ncu_details.csv,
@@ -30,9 +32,9 @@ BUDGET_S="${BUDGET_S:-530}"
 SKIP_KERNELS="${SKIP_KERNELS:-swiglu_gemm}"
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT" || exit 1
-(( $# )) || { echo "usage: bash scripts/gpu_collect.sh main|repeat:N|captures|smoke ..." >&2; exit 2; }
+(( $# )) || { echo "usage: bash scripts/gpu_collect.sh main|repeat:N|captures|crosscheck|smoke ..." >&2; exit 2; }
 for m in "$@"; do
-  [[ "$m" =~ ^(main|captures|smoke|repeat:[0-9]+)$ ]] || { echo "gpu_collect.sh: unknown mode '$m'" >&2; exit 2; }
+  [[ "$m" =~ ^(main|captures|smoke|crosscheck|repeat:[0-9]+)$ ]] || { echo "gpu_collect.sh: unknown mode '$m'" >&2; exit 2; }
 done
 TAG="$(IFS=_; echo "$*" | tr ':' '-')"
 export PYTHONUNBUFFERED=1
@@ -83,9 +85,14 @@ mode_main() {
   echo "references trace exit $?"
   [[ -f "$OUT/references_trace.json" ]] && (( $(stat -c %s "$OUT/references_trace.json") > 12000000 )) \
     && gzip -f "$OUT/references_trace.json"
-  echo "== paired do_bench cross-check (left $(left) s)"
-  timeout "$(budget 90 10)" "$PY" -m kernaudit_pipeline.bench.crosscheck --jsonl "$OUT/bench_h200.jsonl" \
-    --out "$OUT/crosscheck.jsonl"
+  mode_crosscheck
+}
+
+mode_crosscheck() {
+  local from="$OUT/bench_h200.jsonl"
+  [[ -f "$from" ]] || from="samples/h200/bench_h200.jsonl"
+  echo "== paired do_bench cross-check on the best configs of $from (left $(left) s)"
+  timeout "$(budget 150 10)" "$PY" -m kernaudit_pipeline.bench.crosscheck --jsonl "$from" --out "$OUT/crosscheck.json"
   echo "crosscheck exit $?"
 }
 
@@ -160,14 +167,15 @@ summarize() {
   "$PY" - "$OUT" <<'PYEOF'
 import json, pathlib, sys
 out = pathlib.Path(sys.argv[1])
+check = out / "crosscheck.json"
+if check.exists():
+    for r in json.loads(check.read_text()).get("targets", []):
+        print(f"crosscheck {r['kernel_name']} {r['shape_name']} {r['config_id']}: "
+              + (f"runner {r['runner_speedup']:.4f} do_bench {r['dobench_speedup']:.4f} ({r['difference'] * 100:+.2f} %); "
+                 + ", ".join(f"{k} {v * 100:+.2f} %" for k, v in r["differences"].items())
+                 if "error" not in r else r["error"]))
 for path in sorted(out.glob("*.jsonl")):
     rows = [json.loads(l) for l in path.read_text().splitlines() if l.strip()]
-    if path.name == "crosscheck.jsonl":
-        for r in rows:
-            print(f"crosscheck {r['kernel_name']} {r['shape_name']} {r['config_id']}: "
-                  + (f"runner {r['runner_speedup']:.4f} do_bench {r['dobench_speedup']:.4f} ({r['difference'] * 100:+.2f} %)"
-                     if "error" not in r else r["error"]))
-        continue
     summ = [r for r in rows if r.get("record_type") == "summary"]
     base = [r for r in rows if r.get("record_type") == "baseline"]
     print(f"{path.name}: {len(rows)} records, " + (f"wall {summ[-1]['sweep_wall_s']:.0f} s, {summ[-1]['status_counts']}" if summ else "no summary (cut short)"))
@@ -190,6 +198,7 @@ main() {
       main) mode_main ;;
       smoke) mode_smoke ;;
       captures) mode_captures ;;
+      crosscheck) mode_crosscheck ;;
       repeat:*) mode_repeat "${m#repeat:}" ;;
     esac
   done

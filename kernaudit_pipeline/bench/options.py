@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from kernaudit_pipeline.bench.calibration import BETWEEN_RUN_RSD
 from kernaudit_pipeline.bench.clocks import DEFAULT_FRACTION
 
 FAKE_DEVICE_ENV = "KERNAUDIT_BENCH_FAKE_DEVICE"  # "cpu": workers use the CPU timing double (tests)
@@ -24,7 +25,7 @@ class BenchOptions:
     block_s: float = 0.015
     min_time_s: float = 0.1
     speedup_rsd_target: float = 0.004
-    between_run_rsd: float = 0.006
+    between_run_rsd: float = BETWEEN_RUN_RSD
     clock_fraction: float = DEFAULT_FRACTION
     # small kernels: time replays of a captured CUDA graph (opt-in)
     cuda_graph: bool = False

@@ -26,12 +26,8 @@ from statistics import NormalDist
 
 import numpy as np
 
+from kernaudit_pipeline.bench.calibration import BETWEEN_RUN_RSD
 from kernaudit_pipeline.bench.stats import StopReason
-
-# Relative between-run standard deviation of a paired speedup (log scale). Provisional value
-# from ANCHORS.md's interleaved repeats (0.980/0.985/0.983 and 0.947-0.958: 0.3-0.6 %);
-# recalibrated from samples/h200/repeats by scripts/analyze_repeats.py.
-BETWEEN_RUN_RSD = 0.006
 BOOTSTRAP_RESAMPLES = 2000
 BOOTSTRAP_SEED = 0
 

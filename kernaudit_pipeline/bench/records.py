@@ -21,7 +21,10 @@ side imports the same definitions the GPU side writes instead of re-declaring th
   ``baseline_us``/``baseline_ci_*`` and ``baseline_samples_us``; ``speedup`` with its 95 %
   ``speedup_ci_low``/``speedup_ci_high``, ``timing_pairs``, ``timing_blocks``,
   ``timing_mode`` (:class:`~kernaudit_pipeline.core.verdicts.TimingMode`), the block speedups,
-  the bootstrap-only CI and the between-run component it was widened by;
+  the bootstrap-only CI and the between-run component it was widened by; ``host_launch_us``
+  and ``baseline_host_launch_us`` (host time to enqueue one call of each side: above the
+  latency, the call is launch-bound when run eagerly) and ``queue_lead_us`` (the GPU spin
+  ahead of each block that keeps the host out of the timed region);
 - clock guard: ``sm_clock_mhz`` (median), ``sm_clock_min_mhz``, ``sm_clock_max_mhz``,
   ``clock_threshold_mhz``, ``clock_discarded_samples``, ``throttle_reasons``;
 - references: ``baseline_backend`` (what the primary reference ran, e.g. "cuBLAS"),
@@ -139,6 +142,8 @@ class Timing:
     sm_clock_max_mhz: float | None = None
     mode: TimingMode = TimingMode.EVENTS
     clocks: ClockStats | None = None
+    host_launch_us: float | None = None  # host time to enqueue one timed call (bench/timing.py)
+    queue_lead_us: float | None = None   # median GPU spin ahead of each block of samples
 
 
 @dataclass(frozen=True)
@@ -157,6 +162,9 @@ class PairedTiming:
     timing_s: float
     mode: TimingMode
     clocks: ClockStats
+    host_launch_us: float | None = None
+    reference_host_launch_us: float | None = None
+    queue_lead_us: float | None = None
 
 
 @dataclass(frozen=True)
@@ -270,6 +278,9 @@ class RunRecord:
     throttle_reasons: list[str] | None = None
     clock_note: str | None = None
     backend_kernels: list[str] | None = None
+    host_launch_us: float | None = None
+    baseline_host_launch_us: float | None = None
+    queue_lead_us: float | None = None
     compile_s: float | None = None
     check_s: float | None = None
     timing_s: float | None = None
@@ -327,6 +338,7 @@ def _timing_fields(timing: Timing) -> dict:
         "sm_clock_mhz": _finite(timing.sm_clock_mhz),
         "sm_clock_min_mhz": _finite(timing.sm_clock_min_mhz),
         "sm_clock_max_mhz": _finite(timing.sm_clock_max_mhz),
+        "host_launch_us": _finite(timing.host_launch_us), "queue_lead_us": _finite(timing.queue_lead_us),
         **(_clock_fields(clocks) if clocks is not None else {}),
     }
 
@@ -358,6 +370,9 @@ def _paired_fields(paired: PairedTiming) -> dict:
         "speedup_boot_ci_low": _finite(sp.boot_ci_low), "speedup_boot_ci_high": _finite(sp.boot_ci_high),
         "between_run_rsd": _finite(sp.between_run_rsd),
         "timing_s": _finite(paired.timing_s), "timing_mode": str(paired.mode),
+        "host_launch_us": _finite(paired.host_launch_us),
+        "baseline_host_launch_us": _finite(paired.reference_host_launch_us),
+        "queue_lead_us": _finite(paired.queue_lead_us),
         **_clock_fields(paired.clocks),
     }
 

@@ -10,7 +10,12 @@ from its own process. For every (kernel, shape, config) timed OK in at least two
 It also *calibrates* the between-run component that widens each CI (``--between-run-rsd``):
 the total variance of log speedup across runs, minus the part the within-run (block bootstrap)
 CIs already explain, pooled over rows. ``coverage_at`` recomputes the CIs with another value,
-from each row's bootstrap-only CI, to show what a calibration would give. numpy only.
+from each row's bootstrap-only CI, to show what a calibration would give.
+
+A value calibrated on the same runs it is then judged on flatters itself, so two out-of-sample
+figures go beside it: :func:`leave_one_run_out` calibrates on all runs but one and judges only
+the comparisons that involve the run left out; :func:`holdout` calibrates on the repeats and
+judges another capture (the main sweep, a separate process) against them. numpy only.
 """
 
 from __future__ import annotations
@@ -33,6 +38,7 @@ class Observation:
     ci_high: float
     boot_ci_low: float | None
     boot_ci_high: float | None
+    recorded_rsd: float | None = None
 
 
 @dataclass(frozen=True)
@@ -67,19 +73,34 @@ class RowStats:
                     hits += lo <= other.speedup <= hi
         return hits, total
 
+    def covers_median_of_others(self, cis: Sequence[tuple[float, float]] | None = None) -> tuple[int, int]:
+        """(hits, runs): run i's CI holding the median speedup of the other runs."""
+        cis = cis or [(o.ci_low, o.ci_high) for o in self.runs]
+        hits = 0
+        for i, (lo, hi) in enumerate(cis):
+            others = float(np.median([o.speedup for j, o in enumerate(self.runs) if j != i]))
+            hits += lo <= others <= hi
+        return hits, len(cis)
+
+
+def _observations(run: str, records: list[dict]) -> dict[tuple[str, str, str], Observation]:
+    out = {}
+    for r in records:
+        if (r.get("record_type") != "run" or r.get("run_status") != "OK" or r.get("speedup") is None
+                or r.get("speedup_ci_low") is None or r.get("speedup_ci_high") is None):
+            continue
+        out[(r["kernel_name"], r["shape_name"], r["config_id"])] = Observation(
+            run, float(r["speedup"]), float(r["speedup_ci_low"]), float(r["speedup_ci_high"]),
+            r.get("speedup_boot_ci_low"), r.get("speedup_boot_ci_high"), r.get("between_run_rsd"))
+    return out
+
 
 def collect(files: dict[str, list[dict]]) -> list[RowStats]:
     """Rows timed OK with a paired speedup in at least two of the runs (name -> records)."""
     by_key: dict[tuple[str, str, str], list[Observation]] = {}
     for run, records in sorted(files.items()):
-        for r in records:
-            if (r.get("record_type") != "run" or r.get("run_status") != "OK" or r.get("speedup") is None
-                    or r.get("speedup_ci_low") is None or r.get("speedup_ci_high") is None):
-                continue
-            key = (r["kernel_name"], r["shape_name"], r["config_id"])
-            by_key.setdefault(key, []).append(Observation(
-                run, float(r["speedup"]), float(r["speedup_ci_low"]), float(r["speedup_ci_high"]),
-                r.get("speedup_boot_ci_low"), r.get("speedup_boot_ci_high")))
+        for key, obs in _observations(run, records).items():
+            by_key.setdefault(key, []).append(obs)
     return [RowStats(*key, tuple(obs)) for key, obs in sorted(by_key.items()) if len(obs) >= 2]
 
 
@@ -112,6 +133,18 @@ def coverage_at(rows: Sequence[RowStats], between_run_rsd: float) -> float:
     return hits / total if total else math.nan
 
 
+def coverage_of_median_at(rows: Sequence[RowStats], between_run_rsd: float | None = None) -> float:
+    """Share of (row, run) whose CI holds the median of the other runs' speedups (the CIs as
+    recorded, or widened by ``between_run_rsd``)."""
+    hits = total = 0
+    for row in rows:
+        cis = None if between_run_rsd is None else [_widened(o, between_run_rsd) for o in row.runs]
+        h, t = row.covers_median_of_others(cis)
+        hits += h
+        total += t
+    return hits / total if total else math.nan
+
+
 def calibrate(rows: Sequence[RowStats]) -> float:
     """The between-run relative SD: pooled variance of log speedup across runs minus the
     within-run variance the bootstrap CIs imply (never negative)."""
@@ -125,6 +158,74 @@ def calibrate(rows: Sequence[RowStats]) -> float:
     if not total:
         return math.nan
     return math.sqrt(max(0.0, float(np.mean(total)) - (float(np.mean(within)) if within else 0.0)))
+
+
+def _subset(rows: Sequence[RowStats], runs: set[str]) -> list[RowStats]:
+    out = []
+    for row in rows:
+        kept = tuple(o for o in row.runs if o.run in runs)
+        if len(kept) >= 2:
+            out.append(RowStats(row.kernel_name, row.shape_name, row.config_id, kept))
+    return out
+
+
+def cross_coverage(rows: Sequence[RowStats], held: str, rsd: float) -> tuple[int, int]:
+    """Comparisons that involve run ``held``: its CI against each other run's speedup and each
+    other run's CI against its speedup, every CI widened by ``rsd``."""
+    hits = total = 0
+    for row in rows:
+        by_run = {o.run: o for o in row.runs}
+        if held not in by_run:
+            continue
+        h = by_run[held]
+        for run, o in by_run.items():
+            if run == held:
+                continue
+            for ci_of, value in ((h, o.speedup), (o, h.speedup)):
+                lo, hi = _widened(ci_of, rsd)
+                hits += lo <= value <= hi
+                total += 1
+    return hits, total
+
+
+@dataclass(frozen=True)
+class Fold:
+    held_out: str
+    calibrated_on: tuple[str, ...]
+    between_run_rsd: float
+    hits: int
+    comparisons: int
+
+    @property
+    def coverage(self) -> float:
+        return self.hits / self.comparisons if self.comparisons else math.nan
+
+
+def leave_one_run_out(rows: Sequence[RowStats]) -> list[Fold]:
+    """One fold per run: calibrate on the others (at least two), judge the comparisons with the
+    run left out. Needs three runs or more."""
+    runs = sorted({o.run for row in rows for o in row.runs})
+    folds = []
+    for held in runs:
+        rest = tuple(r for r in runs if r != held)
+        train = _subset(rows, set(rest))
+        if len(rest) < 2 or not train:
+            continue
+        rsd = calibrate(train)
+        h, t = cross_coverage(rows, held, rsd)
+        folds.append(Fold(held, rest, rsd, h, t))
+    return folds
+
+
+def holdout(rows: Sequence[RowStats], name: str, records: list[dict], rsd: float) -> Fold:
+    """Another capture (``records``, e.g. the main sweep) judged against the repeats, every CI
+    widened by ``rsd`` (calibrated without that capture)."""
+    extra = _observations(name, records)
+    joined = [RowStats(row.kernel_name, row.shape_name, row.config_id,
+                       row.runs + ((extra[key],) if (key := (row.kernel_name, row.shape_name, row.config_id)) in extra else ()))
+              for row in rows]
+    h, t = cross_coverage(joined, name, rsd)
+    return Fold(name, tuple(sorted({o.run for row in rows for o in row.runs})), rsd, h, t)
 
 
 def markdown(rows: Sequence[RowStats], runs: Sequence[str]) -> str:
@@ -154,4 +255,12 @@ def summary(rows: Sequence[RowStats]) -> dict:
         "calibrated_between_run_rsd": cal,
         "coverage_at_calibrated": coverage_at(rows, cal) if math.isfinite(cal) else math.nan,
         "coverage_without_between_run": coverage_at(rows, 0.0),
+        "coverage_of_median_of_others": coverage_of_median_at(rows),
+        "recorded_between_run_rsd": _recorded_rsd(rows),
     }
+
+
+def _recorded_rsd(rows: Sequence[RowStats]) -> float | None:
+    """The between-run component the runs' CIs were widened by, when every run says the same."""
+    seen = {o.recorded_rsd for row in rows for o in row.runs}
+    return seen.pop() if len(seen) == 1 else None

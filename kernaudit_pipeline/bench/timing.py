@@ -9,6 +9,15 @@ the 60 MB L2 (``triton.testing.do_bench``'s practice). Two ways to time:
   random order, with the clock read around each block (``bench/clocks.py``). The worker
   interleaves the sessions of every config of a shape, one block at a time.
 
+**The host stays out of the timed region.** A sample's events bracket the GPU's work only while
+the host keeps ahead of the GPU. A call whose host-side launch takes longer than its GPU work
+(Triton's launcher with dozens of arguments, scratch allocations, a PyTorch composition of several
+ops) lets the queue drain, and its events then time the host as well: on the H200, a 67 µs
+paged-decode kernel read 150-250 µs whenever the host fell behind. So each block starts behind a
+*queue lead*: a GPU spin (``torch.cuda._sleep``) long enough for the host to enqueue the whole
+block first (:func:`queue_lead_us`, sized from the host time the previous block took), as
+nvbench's blocking kernel does. The rows record the host launch time of each side.
+
 ``cuda_graph`` mode (opt-in, for kernels under ~20 µs where launch gaps dominate) captures
 ``GRAPH_CALLS`` calls into a CUDA graph; one sample is a replay divided by that count, the L2
 flushed before each replay (so only its first call starts cold).
@@ -22,7 +31,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -33,6 +42,31 @@ from kernaudit_pipeline.core.verdicts import TimingMode
 
 L2_FLUSH_BYTES = 256 * 1024 * 1024  # do_bench's practice: zero 256 MiB before every sample
 GRAPH_CALLS = 20
+# The queue lead (see the module docstring): host time is noisy, so it is over-estimated by
+# LEAD_SAFETY; LEAD_FLOOR_US covers the first launches; the cap keeps a queue that blocks the
+# host (a block longer than the driver's launch queue) from feeding an ever longer lead.
+LEAD_SAFETY = 1.5
+LEAD_FLOOR_US = 50.0
+LEAD_CAP_US = 200_000.0
+DEFAULT_SM_MHZ = 2000.0  # cycles per µs for the spin when NVML gives no maximum clock
+
+
+def queue_lead_us(calls: int, host_us_per_call: float, gpu_us_per_call: float, *,
+                  safety: float = LEAD_SAFETY, floor_us: float = LEAD_FLOOR_US,
+                  cap_us: float = LEAD_CAP_US) -> float:
+    """GPU idle time before a block of ``calls`` flushed calls so that the host, enqueuing one
+    call per ``host_us_per_call``, stays ahead of a GPU that runs one per ``gpu_us_per_call``
+    (flush included) until the block's last call.
+
+    Call k is enqueued at about k·h (h = safety × host time) and reached by the GPU at
+    lead + (k-1)·g, so lead >= max over k of k·h - (k-1)·g: n·(h - g) + g when the host is the
+    slower, h + g at most otherwise; two host calls plus a floor cover the first launches."""
+    if calls <= 0:
+        return 0.0
+    h = max(float(host_us_per_call), 0.0) * safety
+    g = max(float(gpu_us_per_call), 0.0)
+    lead = max(0.0, calls * (h - g)) + 2.0 * h + floor_us
+    return float(min(lead, cap_us, max(3.0 * calls * g, 5000.0)))
 
 
 class CudaBackend:
@@ -49,6 +83,8 @@ class CudaBackend:
         self.clock = ClockReader.open(uuid=str(getattr(props, "uuid", "") or "") or None,
                                       index=torch.cuda.current_device())
         self.guard = ClockGuard(self.clock.max_mhz if self.clock else None, clock_fraction)
+        self.cycles_per_us = float(self.clock.max_mhz) if self.clock and self.clock.max_mhz else DEFAULT_SM_MHZ
+        self.last_enqueue_us = 0.0
         self.flush_us = self._flush_us()
 
     def _flush_us(self, repeats: int = 5) -> float:
@@ -73,16 +109,23 @@ class CudaBackend:
     def read_clock(self):
         return self.clock.read() if self.clock is not None else None
 
-    def time_calls(self, fns: list[Callable[[], object]]) -> list[float]:
-        """Each call after an L2 flush, bracketed by events; µs per call, one sync at the end."""
+    def time_calls(self, fns: list[Callable[[], object]], lead_us: float = 0.0) -> list[float]:
+        """Each call after an L2 flush, bracketed by events; µs per call, one sync at the end.
+
+        ``lead_us``: a GPU spin enqueued first, so the host can enqueue every call before the
+        GPU reaches it (:func:`queue_lead_us`); ``last_enqueue_us`` is what enqueuing took."""
         torch = self.torch
         starts = [torch.cuda.Event(enable_timing=True) for _ in fns]
         ends = [torch.cuda.Event(enable_timing=True) for _ in fns]
+        if lead_us > 0:
+            torch.cuda._sleep(int(lead_us * self.cycles_per_us))
+        t0 = time.perf_counter()
         for fn, s, e in zip(fns, starts, ends):
             self.flush_buf.zero_()
             s.record()
             fn()
             e.record()
+        self.last_enqueue_us = (time.perf_counter() - t0) * 1e6
         ends[-1].synchronize()
         return [1000.0 * s.elapsed_time(e) for s, e in zip(starts, ends)]
 
@@ -140,6 +183,8 @@ class FakeCpuBackend:
     def __init__(self, clock_fraction: float = 0.75):
         self.clock = None
         self.guard = ClockGuard(None, clock_fraction)
+        self.last_enqueue_us = 0.0
+        self.leads_us: list[float] = []  # what the timing code asked for (a CPU cannot wait)
 
     def sync(self) -> None:
         pass
@@ -150,12 +195,14 @@ class FakeCpuBackend:
     def read_clock(self):
         return None
 
-    def time_calls(self, fns: list[Callable[[], object]]) -> list[float]:
+    def time_calls(self, fns: list[Callable[[], object]], lead_us: float = 0.0) -> list[float]:
+        self.leads_us.append(lead_us)
         out = []
         for fn in fns:
             t0 = time.perf_counter()
             fn()
             out.append((time.perf_counter() - t0) * 1e6)
+        self.last_enqueue_us = sum(out)
         return out
 
     def graph(self, fn: Callable[[], object], calls: int = GRAPH_CALLS) -> Callable[[], object]:
@@ -193,6 +240,31 @@ def make_backend(device: str, clock_fraction: float = 0.75):
     raise ValueError(f"unknown bench device {device!r}")
 
 
+@dataclass
+class QueueLead:
+    """The lead of each next block, learned from what enqueuing the last block took: it follows
+    a slower host at once and a faster one by halves. Per call: ``host_us`` to enqueue it,
+    ``gpu_us`` to run it with its flush."""
+
+    host_us: float
+    gpu_us: float
+    leads_us: list[float] = field(default_factory=list)
+
+    def next(self, calls: int) -> float:
+        lead = queue_lead_us(calls, self.host_us, self.gpu_us)
+        self.leads_us.append(lead)
+        return lead
+
+    def learn(self, backend, times_us: list[float]) -> None:
+        calls = max(len(times_us), 1)
+        self.host_us = max(backend.last_enqueue_us / calls, 0.5 * self.host_us)
+        self.gpu_us = sum(times_us) / calls + backend.flush_us
+
+    @property
+    def median_us(self) -> float | None:
+        return float(np.median(self.leads_us)) if self.leads_us else None
+
+
 @dataclass(frozen=True)
 class Timed:
     """A callable prepared for timing: one sample is one call of ``fn`` divided by ``calls``."""
@@ -208,11 +280,19 @@ def prepare_timed(fn: Callable[[], object], backend, use_graph: bool) -> Timed:
     return Timed(fn, 1, TimingMode.EVENTS)
 
 
-def estimate_us(fn: Callable[[], object], backend, calls: int = 3) -> float:
-    """Median µs of a few flushed calls (after one unflushed call)."""
+def estimate(fn: Callable[[], object], backend, calls: int = 3) -> tuple[float, float]:
+    """(GPU µs, host µs) of one flushed call: the median of a few calls' events, and the host
+    time it took to enqueue them (the GPU idle, so the host never waits), after one unflushed
+    call."""
     fn()
     backend.sync()
-    return float(np.median(backend.time_calls([fn] * calls)))
+    gpu = float(np.median(backend.time_calls([fn] * calls)))
+    return gpu, backend.last_enqueue_us / calls
+
+
+def estimate_us(fn: Callable[[], object], backend, calls: int = 3) -> float:
+    """Median GPU µs of a few flushed calls (after one unflushed call)."""
+    return estimate(fn, backend, calls)[0]
 
 
 def time_single(fn: Callable[[], object], backend, rule: stats.StopRule, warmup_s: float = 0.02,
@@ -230,13 +310,17 @@ def time_single(fn: Callable[[], object], backend, rule: stats.StopRule, warmup_
         warm_calls += 1
     per_call_s = max((time.perf_counter() - t0) / warm_calls, 1e-6)
     batch = int(min(64, max(1, 0.02 // per_call_s)))
+    gpu_us, host_us = estimate(run, backend)
+    lead = QueueLead(host_us, gpu_us + backend.flush_us)
     every: list[list[float]] = []
     blocks: list[BlockClocks] = []
     start = time.perf_counter()
     while True:
         before = backend.read_clock()
-        samples = [x / timed.calls for x in backend.time_calls([run] * batch)]
+        times = backend.time_calls([run] * batch, lead_us=lead.next(batch))
         after = backend.read_clock()
+        lead.learn(backend, times)
+        samples = [x / timed.calls for x in times]
         blocks.append(BlockClocks((before, after), backend.guard.keep((before, after)), len(samples)))
         every.append(samples)
         kept = [x for b, xs in zip(blocks, every) if b.kept for x in xs]
@@ -254,7 +338,7 @@ def time_single(fn: Callable[[], object], backend, rule: stats.StopRule, warmup_
     return Timing(summary=stats.summarize(kept), samples_us=kept, stop_reason=reason.value,
                   timing_s=time.perf_counter() - start, sm_clock_mhz=clocks.median_mhz,
                   sm_clock_min_mhz=clocks.min_mhz, sm_clock_max_mhz=clocks.max_mhz,
-                  mode=timed.mode, clocks=clocks)
+                  mode=timed.mode, clocks=clocks, host_launch_us=host_us, queue_lead_us=lead.median_us)
 
 
 class PairedSession:
@@ -270,9 +354,12 @@ class PairedSession:
         self.candidate, self.reference = candidate, reference
         self.backend, self.rule, self.rng = backend, rule, rng
         self.between_run_rsd = between_run_rsd
-        c_us = estimate_us(candidate.fn, backend) / candidate.calls
-        r_us = estimate_us(reference.fn, backend) / reference.calls
+        c_gpu, self.candidate_host_us = estimate(candidate.fn, backend)
+        r_gpu, self.reference_host_us = estimate(reference.fn, backend)
+        c_us, r_us = c_gpu / candidate.calls, r_gpu / reference.calls
         self.pairs = paired.pairs_per_block(c_us, r_us, backend.flush_us, rule)
+        self.lead = QueueLead((self.candidate_host_us + self.reference_host_us) / 2.0,
+                              (c_gpu + r_gpu) / 2.0 + backend.flush_us)
         self.blocks: list[tuple[list[float], list[float]]] = []  # every block, kept or not
         self.clocks: list[BlockClocks] = []
         self.block_log_medians: list[float] = []  # kept blocks only
@@ -292,8 +379,9 @@ class PairedSession:
             a, b = (self.candidate, self.reference) if cand_first else (self.reference, self.candidate)
             fns += [a.fn, b.fn]
         before = self.backend.read_clock()
-        times = self.backend.time_calls(fns)
+        times = self.backend.time_calls(fns, lead_us=self.lead.next(len(fns)))
         after = self.backend.read_clock()
+        self.lead.learn(self.backend, times)
         cand, ref = [], []
         for i, cand_first in enumerate(order):
             first, second = times[2 * i], times[2 * i + 1]
@@ -329,4 +417,6 @@ class PairedSession:
             candidate=stats.summarize(cand), reference=stats.summarize(ref),
             speedup=summary, samples_us=cand, reference_samples_us=ref,
             stop_reason=self.reason.value, timing_s=self.elapsed_s, mode=self.candidate.mode,
-            clocks=clock_stats(self.clocks, self.backend.guard, note))
+            clocks=clock_stats(self.clocks, self.backend.guard, note),
+            host_launch_us=self.candidate_host_us, reference_host_launch_us=self.reference_host_us,
+            queue_lead_us=self.lead.median_us)

@@ -12,6 +12,7 @@ import sys
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from kernaudit_pipeline.bench.calibration import BETWEEN_RUN_RSD
     from kernaudit_pipeline.kernel_spec import KERNELS_DIR
 
     p = parser
@@ -36,9 +37,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     p.add_argument("--speedup-rsd-target", type=float, default=0.004,
                    help="paired timing: stop when the standard error of the block speedups "
                         "reaches this fraction (default 0.004)")
-    p.add_argument("--between-run-rsd", type=float, default=0.006,
-                   help="between-run component that widens each speedup CI (calibrated from the "
-                        "committed repeats; default 0.006)")
+    p.add_argument("--between-run-rsd", type=float, default=BETWEEN_RUN_RSD,
+                   help="between-run component that widens each speedup CI (calibrated on the "
+                        f"committed repeats by scripts/analyze_repeats.py; default {BETWEEN_RUN_RSD})")
     p.add_argument("--clock-fraction", type=float, default=0.75,
                    help="discard blocks timed while the SM clock was below this fraction of its "
                         "maximum, as nvbench does (default 0.75)")

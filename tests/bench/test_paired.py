@@ -165,3 +165,78 @@ def test_session_discards_blocks_below_the_clock_threshold():
     assert discarded == 4 and result.clocks.discarded_samples == discarded * 6
     assert result.speedup.blocks == 9 and result.speedup.pairs == 27
     assert result.clocks.min_mhz == 1440.0 and result.clocks.threshold_mhz == pytest.approx(1485.0)
+
+
+# --------------------------------------------------------------------------------------------
+# the queue lead: the host out of the timed region
+# --------------------------------------------------------------------------------------------
+def _starved(calls: int, host_us: float, gpu_us: float, lead_us: float) -> int:
+    """Calls the GPU had to wait for: the host finishes enqueuing call k at (k+1)·host_us; the
+    GPU starts after ``lead_us`` and runs each call in ``gpu_us`` once it is enqueued."""
+    free = lead_us
+    waits = 0
+    for k in range(calls):
+        ready = (k + 1) * host_us
+        waits += ready > free
+        free = max(free, ready) + gpu_us
+    return waits
+
+
+@pytest.mark.parametrize("host_us,gpu_us", [(30.0, 700.0), (150.0, 140.0), (350.0, 250.0), (700.0, 250.0)])
+def test_the_queue_lead_keeps_the_host_ahead_of_the_gpu(host_us, gpu_us):
+    """The paged-decode case: a 67 µs kernel plus its 67 µs flush against a host that needs
+    100-350 µs per launch. Without a lead the GPU waits (and its events time the host); with the
+    lead sized from the host's own time it never does, even when the host is 20 % slower than
+    measured."""
+    from kernaudit_pipeline.bench.timing import queue_lead_us
+
+    calls = 54
+    assert host_us < gpu_us or _starved(calls, host_us, gpu_us, 0.0) > calls // 2
+    lead = queue_lead_us(calls, host_us, gpu_us)
+    assert _starved(calls, host_us, gpu_us, lead) == 0
+    assert _starved(calls, 1.2 * host_us, gpu_us, lead) == 0
+    if host_us < gpu_us:  # a fast host costs a short lead, whatever the block's length
+        assert lead == queue_lead_us(4 * calls, host_us, gpu_us) < 3 * host_us + 100
+
+
+def test_the_queue_lead_is_capped_and_follows_the_host():
+    from kernaudit_pipeline.bench.timing import LEAD_CAP_US, QueueLead, queue_lead_us
+
+    assert queue_lead_us(0, 100.0, 10.0) == 0.0
+    assert queue_lead_us(64, 1e5, 10.0) == 5000.0  # never beyond three blocks of GPU work (5 ms floor)
+    assert queue_lead_us(10_000, 1e4, 1e3) == LEAD_CAP_US
+
+    class Host:
+        flush_us = 10.0
+        last_enqueue_us = 0.0
+
+    q = QueueLead(host_us=100.0, gpu_us=200.0)
+    first = q.next(8)
+    Host.last_enqueue_us = 8 * 400.0  # the host slowed down: followed at once
+    q.learn(Host, [190.0] * 8)
+    assert q.host_us == 400.0 and q.gpu_us == 200.0 and q.next(8) > first
+    Host.last_enqueue_us = 8 * 10.0  # and sped up: followed by halves
+    q.learn(Host, [190.0] * 8)
+    assert q.host_us == 200.0
+    assert q.median_us == float(np.median(q.leads_us))
+
+
+def test_session_and_single_timing_ask_for_a_lead_and_record_the_host_launch():
+    from kernaudit_pipeline.bench import stats
+    from kernaudit_pipeline.bench.timing import time_single
+
+    backend = FakeCpuBackend()
+    x = np.ones(20000)
+    cand = Timed(lambda: x * 2.0, 1, TimingMode.EVENTS)
+    ref = Timed(lambda: (x * 2.0).sum(), 1, TimingMode.EVENTS)
+    rule = paired.PairedRule(min_blocks=3, max_blocks=3, min_pairs=3, max_pairs=3, min_time_s=0.0, rsd_target=0.0)
+    session = PairedSession(cand, ref, backend, rule, np.random.default_rng(0), between_run_rsd=0.006)
+    backend.leads_us.clear()
+    while not session.done:
+        session.run_block()
+    result = session.result()
+    assert len(backend.leads_us) == 3 and all(lead > 0 for lead in backend.leads_us)
+    assert result.host_launch_us > 0 and result.reference_host_launch_us > 0
+    assert result.queue_lead_us == pytest.approx(float(np.median(backend.leads_us)))
+    single = time_single(cand.fn, backend, stats.StopRule(rsd_target=1.0, min_samples=2, max_seconds=0.05))
+    assert single.host_launch_us > 0 and single.queue_lead_us > 0
