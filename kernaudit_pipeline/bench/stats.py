@@ -33,6 +33,7 @@ class StopReason(enum.Enum):
     RSD_REACHED = "RSD_REACHED"
     TIME_CAP = "TIME_CAP"
     SAMPLE_CAP = "SAMPLE_CAP"
+    DEADLINE = "DEADLINE"  # the sweep's deadline ended the timing early (bench/sweep.py)
 
 
 @dataclass(frozen=True)

@@ -31,6 +31,9 @@ from kernaudit_pipeline.core.verdicts import RunStatus
 REPO_ROOT = Path(__file__).resolve().parents[2]
 WORKER_MODULE = "kernaudit_pipeline.bench.worker"
 POLL_S = 0.1
+# A sweep worker is told to end its shapes this long before the sweep's deadline (its open
+# sessions write their rows, flagged), and is killed only at the deadline itself.
+WRAP_UP_S = 6.0
 
 
 @dataclass
@@ -257,7 +260,8 @@ def run_group(group: Group, sweep: Sweep, max_attempts: int = 8) -> None:
         spec = {"mode": "sweep", "plan_path": str(plan_path), "shapes": todo_shapes, "items": todo,
                 "references_done": refs_done, "failed_references": failed_refs, "attempt": attempt,
                 "rows_path": str(rows_path), "progress_path": str(sweep.work_dir / f"{tag}.progress"),
-                "options": asdict(sweep.options), "driver_version": sweep.driver_version}
+                "options": asdict(sweep.options), "driver_version": sweep.driver_version,
+                "deadline_epoch": time.time() + (sweep.deadline - time.monotonic()) - WRAP_UP_S}
         rc, killed_for, final = supervise(spec, sweep.work_dir, tag, sweep.options.timeout_s, sweep.deadline)
         rows = read_jsonl(rows_path.read_text()) if rows_path.exists() else []
         done: set[tuple[str, str]] = set()

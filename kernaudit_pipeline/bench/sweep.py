@@ -5,14 +5,27 @@ For each shape, in this order:
 1. the references (primary first): each prepared outside any timed region, checked against the
    module's fp32 ``reference`` with its own tolerance, profiled once to name the library that
    actually ran, timed on its own, and written as a ``baseline`` row;
-2. each config: compile (resources), prune (stack frame over the threshold, shared memory over
-   the opt-in limit), check on fresh inputs; the ones that pass (and the incorrect ones, timed
-   for the record and never a win) are *ready*;
-3. paired timing: one :class:`~kernaudit_pipeline.bench.timing.PairedSession` per ready config
-   against the primary reference, run one block at a time in turn, so every config's blocks
-   are spread over the whole time the shape is timed;
-4. the other references, paired against the ``references_top_k`` fastest correct configs;
-5. the ``run`` rows.
+2. the configs, a chunk of :data:`CHUNK_CONFIGS` at a time:
+
+   a. each config of the chunk: compile (resources), prune (stack frame over the threshold,
+      shared memory over the opt-in limit), check on fresh inputs; the ones that pass (and the
+      incorrect ones, timed for the record and never a win) are *ready*;
+   b. paired timing: one :class:`~kernaudit_pipeline.bench.timing.PairedSession` per ready
+      config against the primary reference, run one block at a time in turn, so a config's
+      blocks are spread over the time its chunk is timed;
+   c. the chunk's ``run`` rows, written as soon as the chunk is done, except those of the
+      ``references_top_k`` fastest correct configs so far (held until step 3);
+
+3. the other references, paired against the ``references_top_k`` fastest correct configs, and
+   the rows held for them.
+
+Chunks keep a large space (hundreds of configs) from being all-or-nothing: a worker killed in
+the middle of a shape loses only its open chunk, and memory holds one chunk's outputs.
+
+The deadline (``Context.deadline``, a little before the supervisor's hard kill) ends a shape
+with what it has: the open sessions stop after their current block and each writes its row,
+flagged ``DEADLINE`` (stop reason and ``run_message``) when it has at least the rule's minimum
+number of blocks, else ``NOT_RUN`` with that reason; configs not reached are ``NOT_RUN``.
 
 A fatal CUDA error ends the worker (exit 3) after its row is written; the supervisor starts a
 new worker for what is left. Runs in worker processes only.
@@ -20,6 +33,7 @@ new worker for what is left. Runs in worker processes only.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -30,10 +44,15 @@ from kernaudit_pipeline.bench.records import (
     REF_TIMING_MARK, CheckResult, KernelInfo, RecordParts, RecordType, StaticInfo, build_record, reference_config_id,
 )
 from kernaudit_pipeline.bench.references import classify_kernels, profile_kernels, references_of
+from kernaudit_pipeline.bench.stats import StopReason
 from kernaudit_pipeline.bench.timing import PairedSession, Timed, estimate_us, prepare_timed, time_single
 from kernaudit_pipeline.core.configs import config_id
-from kernaudit_pipeline.core.verdicts import BaselineResult, RunStatus
+from kernaudit_pipeline.core.verdicts import BaselineResult, RunStatus, TimingMode
 from kernaudit_pipeline.kernel_spec import Reference, Shape
+
+# Configs prepared and timed together; their rows are written when the chunk is done.
+CHUNK_CONFIGS = 16
+DEADLINE_BEFORE_PREPARE = "sweep deadline reached before this config was compiled and checked"
 
 
 class FatalCudaError(Exception):
@@ -55,10 +74,15 @@ class Context:
     rng: np.random.Generator
     # references whose paired timing killed an earlier worker: key -> why (this shape only)
     failed_refs: dict[str, str] = field(default_factory=dict)
+    # wall-clock time (time.time()) after which the worker ends its shapes with what it has
+    deadline: float | None = None
 
     def next_seed(self) -> int:
         self.seed += 1
         return self.seed
+
+    def past_deadline(self) -> bool:
+        return self.deadline is not None and time.time() >= self.deadline
 
 
 @dataclass
@@ -84,6 +108,7 @@ class Ready:
     timed: Timed | None = None
     session: PairedSession | None = None
     reference_results: list[dict] = field(default_factory=list)
+    note: str | None = None  # why the timing is to be read with care (cut short by the deadline)
 
 
 def _mark(ctx: Context, shape: Shape, label: str) -> None:
@@ -239,14 +264,27 @@ def _fail_ready(ctx: Context, shape: Shape, plan_shape, r: Ready, exc: BaseExcep
     _after_error(ctx, exc)
 
 
+def _not_run(ctx: Context, shape: Shape, plan_shape, config: dict, message: str,
+             r: Ready | None = None) -> None:
+    """A config the deadline kept from a result: a NOT_RUN row saying how far it got."""
+    ctx.writer.write(build_record(RecordType.RUN, ctx.kinfo, shape, ctx.dev, RunStatus.NOT_RUN, RecordParts(
+        config=config, grid=plan_shape.grids.get(config_id(config)),
+        static=r.static if r else None, check=r.check if r else None, message=message,
+        **_common(ctx, plan_shape))))
+
+
 def _round_robin(ctx: Context, shape: Shape, plan_shape, sessions: list[tuple[Ready, PairedSession]],
                  on_error: Callable[[Ready, BaseException], None],
-                 label: Callable[[Ready], str] = lambda r: r.cid) -> list[Ready]:
-    """Blocks of every session in turn until each stops; returns those that finished."""
+                 label: Callable[[Ready], str] = lambda r: r.cid,
+                 stop: Callable[[], bool] | None = None) -> tuple[list[Ready], list[Ready]]:
+    """Blocks of every session in turn until each stops, or until ``stop()`` says so (checked
+    before every block). Returns (finished, still open when stopped)."""
     active = list(sessions)
     finished: list[Ready] = []
     while active:
         for item in list(active):
+            if stop is not None and stop():
+                return finished, [r for r, _ in active]
             r, s = item
             _mark(ctx, shape, label(r))
             try:
@@ -258,16 +296,35 @@ def _round_robin(ctx: Context, shape: Shape, plan_shape, sessions: list[tuple[Re
             if s.done:
                 active.remove(item)
                 finished.append(r)
-    return finished
+    return finished, []
+
+
+def _cut_short(ctx: Context, shape: Shape, plan_shape, r: Ready, s: PairedSession) -> object | None:
+    """An open session at the deadline: its result, flagged, when it has the rule's minimum
+    number of kept blocks; else a NOT_RUN row (returns None)."""
+    have, need = len(s.block_log_medians), max(s.rule.min_blocks, 2)
+    if have < need:
+        _not_run(ctx, shape, plan_shape, r.config,
+                 f"sweep deadline reached after {have} of the {need} blocks of paired timing "
+                 "a result needs", r)
+        return None
+    s.reason = StopReason.DEADLINE
+    r.note = (f"cut short by the sweep deadline after {have} blocks of paired timing "
+              "(the stop rule had not been met)")
+    return s.result()
 
 
 def time_candidates(ctx: Context, shape: Shape, plan_shape, ready: list[Ready],
                     primary: ReadyRef) -> list[tuple[Ready, object]]:
     """Paired timing of every ready config against the primary reference (unpaired when the
-    primary cannot run). Returns (config, PairedTiming or Timing)."""
+    primary cannot run), until the deadline. Returns (config, PairedTiming or Timing); a
+    config the deadline left without a result has its NOT_RUN row written here."""
     results: list[tuple[Ready, object]] = []
     if primary.fn is None:
         for r in ready:
+            if ctx.past_deadline():
+                _not_run(ctx, shape, plan_shape, r.config, "sweep deadline reached before this config was timed", r)
+                continue
             _mark(ctx, shape, r.cid)
             try:
                 results.append((r, time_single(r.fn, ctx.backend, ctx.opts.rule, ctx.opts.warmup_s)))
@@ -276,6 +333,9 @@ def time_candidates(ctx: Context, shape: Shape, plan_shape, ready: list[Ready],
         return results
     sessions = []
     for r in ready:
+        if ctx.past_deadline():
+            _not_run(ctx, shape, plan_shape, r.config, "sweep deadline reached before this config was timed", r)
+            continue
         _mark(ctx, shape, r.cid)
         try:
             graph = _use_graph(ctx, r.fn)
@@ -285,11 +345,16 @@ def time_candidates(ctx: Context, shape: Shape, plan_shape, ready: list[Ready],
                                               ctx.rng, ctx.opts.between_run_rsd)))
         except Exception as exc:
             _fail_ready(ctx, shape, plan_shape, r, exc)
-    done = _round_robin(ctx, shape, plan_shape, sessions,
-                        lambda r, exc: _fail_ready(ctx, shape, plan_shape, r, exc))
+    done, cut = _round_robin(ctx, shape, plan_shape, sessions,
+                             lambda r, exc: _fail_ready(ctx, shape, plan_shape, r, exc),
+                             stop=ctx.past_deadline)
     by_cid = {r.cid: s for r, s in sessions}
     for r in done:
         results.append((r, by_cid[r.cid].result()))
+    for r in cut:
+        timing = _cut_short(ctx, shape, plan_shape, r, by_cid[r.cid])
+        if timing is not None:
+            results.append((r, timing))
     return results
 
 
@@ -332,8 +397,8 @@ def time_other_references(ctx: Context, shape: Shape, plan_shape, timed: list[tu
                 run_status=f"ERROR: {corr.first_line(exc, 200)}").__dict__)
             _after_error(ctx, exc)
 
-        finished = _round_robin(ctx, shape, plan_shape, sessions, failed,
-                                label=lambda r, key=ref.ref.key: f"{REF_TIMING_MARK}{key}")
+        finished, _ = _round_robin(ctx, shape, plan_shape, sessions, failed,
+                                   label=lambda r, key=ref.ref.key: f"{REF_TIMING_MARK}{key}")
         by_cid = {r.cid: s for r, s in sessions}
         for r in finished:
             sp = by_cid[r.cid].result().speedup
@@ -355,6 +420,8 @@ def write_runs(ctx: Context, shape: Shape, plan_shape, timed: list[tuple[Ready, 
         else:  # timed for the record, never a win: comparisons see FAILED_CORRECTNESS
             status = RunStatus.FAILED_CORRECTNESS
             msg = f"{corr.failure_message(r.check, ctx.mod.TOLERANCE)} (timed, never a win)"
+        if r.note:
+            msg = f"{msg}; {r.note}" if msg else r.note
         ctx.writer.write(build_record(RecordType.RUN, ctx.kinfo, shape, ctx.dev, status, RecordParts(
             config=r.config, grid=plan_shape.grids.get(r.cid), static=r.static, check=r.check,
             paired=paired_, timing=single, message=msg, launch_matches_compile=r.matches,
@@ -363,21 +430,61 @@ def write_runs(ctx: Context, shape: Shape, plan_shape, timed: list[tuple[Ready, 
             **_common(ctx, plan_shape))))
 
 
+def _fastest_correct(timed: list[tuple[Ready, object]], k: int) -> list[tuple[Ready, object]]:
+    ranked = [(r, t) for r, t in timed if r.check.correct and getattr(t, "speedup", None) is not None]
+    ranked.sort(key=lambda rt: -rt[1].speedup.speedup)
+    return ranked[:max(0, k)]
+
+
+def skip_shape(ctx: Context, plan_shape, cids: list[str], message: str) -> None:
+    """NOT_RUN rows for the configs of a shape the worker will not reach."""
+    configs = {config_id(c): c for c in ctx.mod.CONFIGS}
+    for cid in cids:
+        _not_run(ctx, plan_shape.shape, plan_shape, configs[cid], message)
+
+
 def sweep_shape(ctx: Context, plan_shape, cids: list[str], refs_done: dict[str, dict]) -> None:
-    """Everything for one shape; raises :class:`FatalCudaError` when the worker must exit."""
+    """Everything for one shape, a chunk of configs at a time; raises :class:`FatalCudaError`
+    when the worker must exit."""
     shape = plan_shape.shape
     _mark(ctx, shape, "inputs")
     inputs = ctx.mod.make_inputs(shape, ctx.backend.device, ctx.opts.seed)
     refs = prepare_references(ctx, shape, plan_shape, inputs, refs_done)
     primary = refs[0]
-    ready: list[Ready] = []
     configs = {config_id(c): c for c in ctx.mod.CONFIGS}
-    for cid in cids:
-        _mark(ctx, shape, cid)
-        r = prepare_config(ctx, shape, plan_shape, configs[cid], inputs)
-        if r is not None:
-            ready.append(r)
-    timed = time_candidates(ctx, shape, plan_shape, ready, primary)
-    time_other_references(ctx, shape, plan_shape, timed, refs)
-    write_runs(ctx, shape, plan_shape, timed, primary)
+    # rows held back for the other references' timing: the fastest correct configs so far
+    # (a config that drops out of the running top k can never re-enter it, so at most k wait)
+    others = any(x.ref.key is not None for x in refs)
+    keep = max(0, ctx.opts.references_top_k) if others else 0
+    held: list[tuple[Ready, object]] = []
+    for start in range(0, len(cids), CHUNK_CONFIGS):
+        if ctx.past_deadline():
+            skip_shape(ctx, plan_shape, cids[start:], DEADLINE_BEFORE_PREPARE)
+            break
+        chunk = cids[start:start + CHUNK_CONFIGS]
+        ready: list[Ready] = []
+        for n, cid in enumerate(chunk):
+            if ctx.past_deadline():
+                skip_shape(ctx, plan_shape, chunk[n:], DEADLINE_BEFORE_PREPARE)
+                break
+            _mark(ctx, shape, cid)
+            r = prepare_config(ctx, shape, plan_shape, configs[cid], inputs)
+            if r is not None:
+                ready.append(r)
+        timed = time_candidates(ctx, shape, plan_shape, ready, primary)
+        pool = held + timed
+        top = _fastest_correct(pool, keep)
+        top_ids = {r.cid for r, _ in top}
+        write_runs(ctx, shape, plan_shape, [(r, t) for r, t in pool if r.cid not in top_ids], primary)
+        held = top
+    if held and ctx.past_deadline():
+        for r, _ in held:
+            for ref in refs:
+                if ref.ref.key is not None:
+                    r.reference_results.append(BaselineResult(
+                        name=ref.ref.name, backend=ref.backend or ref.ref.backend, speedup=None,
+                        run_status=f"{RunStatus.NOT_RUN}: sweep deadline reached").__dict__)
+    elif held:
+        time_other_references(ctx, shape, plan_shape, held, refs)
+    write_runs(ctx, shape, plan_shape, held, primary)
     ctx.backend.empty_cache()

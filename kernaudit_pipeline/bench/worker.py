@@ -62,7 +62,7 @@ def sweep_worker(spec: dict) -> int:
     import numpy as np
 
     from kernaudit_pipeline.bench.plan import KernelPlan
-    from kernaudit_pipeline.bench.sweep import Context, FatalCudaError, sweep_shape
+    from kernaudit_pipeline.bench.sweep import DEADLINE_BEFORE_PREPARE, Context, FatalCudaError, skip_shape, sweep_shape
     from kernaudit_pipeline.bench.timing import make_backend
     from kernaudit_pipeline.kernel_spec import load_kernel_module
 
@@ -76,7 +76,8 @@ def sweep_worker(spec: dict) -> int:
     attempt = int(spec.get("attempt", 0))
     ctx = Context(mod=mod, kinfo=plan.info, dev=backend.device_info(spec.get("driver_version")),
                   writer=writer, backend=backend, opts=opts, attempt=attempt,
-                  seed=opts.seed + 7919 * attempt, rng=np.random.default_rng(opts.seed + attempt))
+                  seed=opts.seed + 7919 * attempt, rng=np.random.default_rng(opts.seed + attempt),
+                  deadline=spec.get("deadline_epoch"))
     by_shape: dict[str, list[str]] = {}
     for shape_name, cid in spec["items"]:
         by_shape.setdefault(shape_name, []).append(cid)
@@ -85,6 +86,9 @@ def sweep_worker(spec: dict) -> int:
     try:
         for shape_name in spec["shapes"]:
             ctx.failed_refs = dict(failed_refs.get(shape_name, {}))
+            if ctx.past_deadline():
+                skip_shape(ctx, plan.shape(shape_name), by_shape.get(shape_name, []), DEADLINE_BEFORE_PREPARE)
+                continue
             sweep_shape(ctx, plan.shape(shape_name), by_shape.get(shape_name, []),
                         refs_done.get(shape_name, {}))
     except FatalCudaError as exc:
