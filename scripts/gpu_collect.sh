@@ -3,8 +3,9 @@
 #
 #   bash scripts/gpu_collect.sh MODE [MODE ...]
 #
-#   main       the main capture with paired timing: every kernel in kernels/ except those in
-#              SKIP_KERNELS (default swiglu_gemm), full config spaces and shapes, pruning as
+#   main       the main capture with paired timing: every kernel in kernels/*.py (held-out ones in
+#              kernels/heldout/ are not) except those in
+#              SKIP_KERNELS (default none), full config spaces and shapes, pruning as
 #              usual, all references (FlashInfer JIT-compiled in the background meanwhile);
 #              then a torch.profiler trace of every reference (which library ran) and the
 #              paired do_bench cross-check.        -> bench_h200.jsonl, references_trace.json[.gz],
@@ -29,7 +30,7 @@ set -uo pipefail
 OUT="${OUT:-$PWD/gpu_out}"
 PY="${PYTHON:-python3}"
 BUDGET_S="${BUDGET_S:-530}"
-SKIP_KERNELS="${SKIP_KERNELS:-swiglu_gemm}"
+SKIP_KERNELS="${SKIP_KERNELS:-}"
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT" || exit 1
 (( $# )) || { echo "usage: bash scripts/gpu_collect.sh main|repeat:N|captures|crosscheck|smoke ..." >&2; exit 2; }

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The held-out kernel on the GPU in one call (issue 15): the exhaustive paired sweep of
-# kernels/swiglu_gemm.py over its whole space (394 configs x 4 M buckets), then
+# kernels/heldout/swiglu_gemm.py over its whole space (394 configs x 4 M buckets), then
 # `kernaudit bench --search` over the same space, in the order the static cost model predicted
 # before any GPU time (samples/rank/swiglu_gemm.ranking.json, from `kernaudit rank swiglu_gemm
 # --json` on a CPU). Both runs use the same runner options, so their GPU-seconds compare.

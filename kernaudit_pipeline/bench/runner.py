@@ -90,7 +90,7 @@ def resolve(names: list[str], kernels_dir: Path, work_dir: Path, timeout_s: floa
     files = kernel_files(kernels_dir)
     if not files:
         raise BenchError(f"no kernel modules in {kernels_dir}")
-    stems = {p.stem: p for p in files}
+    stems = {p.stem: p for p in kernel_files(kernels_dir, heldout=True)}  # held-out: by name only
     wanted = files if not names or not all(n in stems for n in names) else [stems[n] for n in dict.fromkeys(names)]
     plans, failures = plan_kernels(wanted, work_dir, timeout_s, deadline)
     if not names or all(n in stems for n in names):

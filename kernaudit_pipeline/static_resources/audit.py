@@ -87,7 +87,7 @@ def module_path(ref: ModuleRef) -> Path | None:
         if not path.is_file():
             raise UnknownKernel(f"no kernel module {text}")
         return path.resolve()
-    for path in kernel_files():
+    for path in kernel_files(heldout=True):
         if path.stem == text:
             return path.resolve()
     return None
@@ -380,7 +380,7 @@ def resolve_kernel(module_or_name: ModuleType | str | Path) -> ModuleType:
         return load_kernel_module(path)
     text = str(module_or_name)
     known = []
-    for path in kernel_files():
+    for path in kernel_files(heldout=True):
         try:
             mod = load_kernel_module(path)
         except Exception:  # a module being written or broken is not the one asked for

@@ -137,25 +137,3 @@ def test_robust_error_is_the_plain_one_on_well_behaved_blocks():
     scattered = [0.0, 0.0001, 0.3, 0.31, -0.3, -0.31, 0.0002]
     assert paired.robust_block_se(scattered) == paired.block_se(scattered) > 0.05
 
-
-def test_the_queue_lead_spins_the_gpu_for_about_the_hosts_enqueue_time():
-    """On a CUDA device (a stand-in records the spin: no GPU here) a block of 48 pairs is
-    preceded by a spin of 96 calls x 40 µs at the card's clock; graph replays and the CPU test
-    double get none."""
-    from types import SimpleNamespace
-
-    from kernaudit_pipeline.bench.sweep import _queue_lead
-    from kernaudit_pipeline.core.verdicts import TimingMode
-
-    spins: list[int] = []
-    cuda = SimpleNamespace(device="cuda", clock=SimpleNamespace(max_mhz=1980.0),
-                           torch=SimpleNamespace(cuda=SimpleNamespace(_sleep=spins.append)))
-    events = SimpleNamespace(pairs=48, candidate=SimpleNamespace(mode=TimingMode.EVENTS))
-    _queue_lead(SimpleNamespace(backend=cuda), events)
-    assert spins == [int(96 * 40e-6 * 1980e6)]
-    _queue_lead(SimpleNamespace(backend=cuda), SimpleNamespace(pairs=64, candidate=events.candidate))
-    assert spins[-1] == int(0.005 * 1980e6)  # capped
-    graph = SimpleNamespace(pairs=48, candidate=SimpleNamespace(mode=TimingMode.CUDA_GRAPH))
-    _queue_lead(SimpleNamespace(backend=cuda), graph)
-    _queue_lead(SimpleNamespace(backend=SimpleNamespace(device="cpu")), events)
-    assert len(spins) == 2

@@ -28,6 +28,7 @@ from kernaudit_pipeline.settings import H200_SAMPLES_DIR
 from kernaudit_pipeline.spill_diagnostics import diagnose
 
 SAMPLES = Path(os.environ.get("KERNAUDIT_H200_SAMPLES", H200_SAMPLES_DIR))
+REFERENCES_TRACE = "references_trace"  # gpu_collect.sh's profile of the references
 NEEDED = (SourceFormat.NCU_RAW, SourceFormat.NCU_DETAILS, SourceFormat.TORCH_TRACE, SourceFormat.PROTON,
           SourceFormat.RUNNER_JSONL, SourceFormat.PTXAS_LOG, SourceFormat.TRITON_CACHE)
 
@@ -37,6 +38,8 @@ def parsed() -> dict[Path, tuple[SourceFormat, object]]:
     assert SAMPLES.is_dir(), f"no committed H200 samples at {SAMPLES}"
     out = {}
     for path in expand([SAMPLES]):
+        if path.name.startswith(REFERENCES_TRACE):
+            continue  # another capture (what each reference ran), not the capture_targets.json one
         try:
             out[path] = parse_path(path)
         except UnknownFormat:
