@@ -47,7 +47,7 @@ from kernaudit_pipeline.bench.references import classify_kernels, profile_kernel
 from kernaudit_pipeline.bench.stats import StopReason
 from kernaudit_pipeline.bench.timing import PairedSession, Timed, estimate_us, prepare_timed, time_single
 from kernaudit_pipeline.core.configs import config_id
-from kernaudit_pipeline.core.verdicts import BaselineResult, RunStatus, TimingMode
+from kernaudit_pipeline.core.verdicts import BaselineResult, RunStatus
 from kernaudit_pipeline.kernel_spec import Reference, Shape
 
 # Configs prepared and timed together; their rows are written when the chunk is done.
