@@ -27,7 +27,7 @@ from pathlib import Path
 
 from kernaudit_pipeline.bench.runner import BenchError, device_info, options_from, resolve, select
 from kernaudit_pipeline.bench.summary import summary_record
-from kernaudit_pipeline.bench.supervisor import Group, Sweep, plan_failure_row, precompile, run_group
+from kernaudit_pipeline.bench.supervisor import WRAP_UP_S, Group, Sweep, plan_failure_row, precompile, run_group
 from kernaudit_pipeline.core.values import json_safe
 from kernaudit_pipeline.rank.search import (
     Candidate, Observation, SearchResult, SearchSettings, conclude, observation_from_row,
@@ -82,7 +82,8 @@ def compute_ranking(stem: str) -> tuple[dict[str, list[Candidate]], float]:
 def _partial(candidates: list[Candidate], rows: list[dict], shape: str) -> SearchResult:
     """What a search cut short by the deadline had measured, as a result."""
     measured = [observation_from_row(r) for r in rows
-                if r.get("record_type") == "run" and r.get("shape_name") == shape]
+                if r.get("record_type") == "run" and r.get("shape_name") == shape
+                and r.get("run_status") != "NOT_RUN"]  # a config the deadline kept from running was not measured
     return conclude(SearchResult(candidates=len(candidates), measured=measured))
 
 
@@ -139,7 +140,9 @@ def run_search(args, argv: list[str]) -> int:
             probed = {"done": False}
 
             def measure(ids: list[str]) -> list[Observation]:
-                if time.monotonic() >= deadline:
+                # a worker started now would be told to wrap up at once: its configs would come
+                # back NOT_RUN, and counting them as measured would end the search as EXHAUSTED
+                if time.monotonic() >= deadline - WRAP_UP_S:
                     raise _DeadlineReached
                 batch = Group(plan, [shape], list(ids))
                 # each worker run gets its own folder: the supervisor names its files by kernel
@@ -156,6 +159,9 @@ def run_search(args, argv: list[str]) -> int:
                 probed["done"] = True
                 rows = {r.get("config_id"): r for r in sweep.rows[before:]
                         if r.get("record_type") == "run" and r.get("shape_name") == shape}
+                if any(r.get("stop_reason") == "DEADLINE" or r.get("run_status") == "NOT_RUN"
+                       for r in rows.values()) and time.monotonic() >= deadline - WRAP_UP_S:
+                    raise _DeadlineReached  # the batch was cut short: _partial keeps what it measured
                 return [observation_from_row(rows[i]) if i in rows
                         else Observation.failed(i, 0.0, "no row written") for i in ids]
 

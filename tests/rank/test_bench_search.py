@@ -95,12 +95,17 @@ def test_bad_search_options_are_one_line_exit_2(tmp_path, extra, needle):
 
 
 def test_the_deadline_ends_the_search_with_what_it_has(tmp_path):
-    """24 configs of at least a second of paired timing each cannot fit in 25 s (a stated
-    error of 500 % keeps the stop rule from ending the search first)."""
-    proc, rows, summaries = _search(tmp_path, _ranking(tmp_path / "w.json", "wrong"), "--deadline-s", "25",
-                                    "--min-time-s", "1.0", "--search-stated-error", "5")
+    """24 configs, each timed to the 40-block cap, and a worker start-up per batch of 4 do not
+    fit in 12 s (the workers are told to wrap up 6 s before it); a stated error of 500 % keeps
+    the stop rule from ending the search first. Configs the deadline kept from running are not
+    counted as measured, so the search ends as DEADLINE, never as EXHAUSTED."""
+    proc, rows, summaries = _search(tmp_path, _ranking(tmp_path / "w.json", "wrong"), "--deadline-s", "12",
+                                    "--min-time-s", "1.0", "--max-seconds-per-config", "2.0",
+                                    "--search-stated-error", "5")
     assert proc.returncode == 0, proc.stderr
     (s,) = summaries
     assert s["stop_reason"] == "DEADLINE" and s["measured"] < 24
+    ran = {r["config_id"] for r in rows if r["record_type"] == "run" and r["run_status"] != "NOT_RUN"}
+    assert set(s["measured_config_ids"]) <= ran
     ids = [r["config_id"] for r in rows if r["record_type"] == "run" and r["run_status"] == "OK"]
     assert s["best_config_id"] in ids or (not ids and s["best_config_id"] is None)
