@@ -17,7 +17,7 @@ import pandas as pd
 import pandera.pandas as pa
 from pandera.typing import Series
 
-from kernaudit_pipeline.core.hardware import Vendor
+from kernaudit_pipeline.core.hardware import SM_RESOURCES, Vendor
 
 # Physical bounds of a kernel's duration: below 1 ns no launch completes, above 1 h it is a
 # unit error (1e308 ms), not a kernel. Outside them a row is quarantined.
@@ -32,6 +32,9 @@ SEED_FIELDS = (
     "spill_stores_bytes", "latency_us", "baseline_us",
 )
 
+
+# the most registers a thread can hold on any GPU in the spec table (255 on every NVIDIA part)
+_MAX_REGS_PER_THREAD = max(r.max_regs_per_thread for r in SM_RESOURCES.values())
 
 class KernelRuns(pa.DataFrameModel):
     """One measured or compiled (kernel, config, shape, device) row."""
@@ -67,7 +70,7 @@ class KernelRuns(pa.DataFrameModel):
     causal: Series[pd.BooleanDtype] = pa.Field(nullable=True)
     dtype: Series[str] = pa.Field(nullable=True)
     # compile-time resources
-    registers_per_thread: Series[pd.Int64Dtype] = pa.Field(nullable=True, ge=0, le=255)
+    registers_per_thread: Series[pd.Int64Dtype] = pa.Field(nullable=True, ge=0, le=_MAX_REGS_PER_THREAD)
     spill_stores_bytes: Series[pd.Int64Dtype] = pa.Field(nullable=True, ge=0)
     spill_loads_bytes: Series[pd.Int64Dtype] = pa.Field(nullable=True, ge=0)
     stack_frame_bytes: Series[pd.Int64Dtype] = pa.Field(nullable=True, ge=0)

@@ -44,15 +44,16 @@ quarantine path is exercised on the embedded default; each says so in its
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-from kernaudit_pipeline.kernel_runs import COLUMNS
 from kernaudit_pipeline.core.configs import config_id
-from kernaudit_pipeline.settings import PROJECT_ROOT, SYNTHETIC_DIR
+from kernaudit_pipeline.core.hardware import SM_RESOURCES
+from kernaudit_pipeline.kernel_runs import COLUMNS
+from kernaudit_pipeline.settings import SYNTHETIC_DIR
 
 MODEL_VERSION = "synthetic-attention-v1"
 # Not a device name torch or ncu would print: modelled rows form groups of their own. The
@@ -60,8 +61,8 @@ MODEL_VERSION = "synthetic-attention-v1"
 DEVICE_LABEL = "synthetic model (H200-calibrated)"
 REG_BASE = 8.0
 REG_PER_ACC = 1.75
-MAX_REGS = 255
-SMEM_LIMIT_BYTES = 232_448  # sm_90 opt-in shared memory per block
+MAX_REGS = SM_RESOURCES["9.0"].max_regs_per_thread
+SMEM_LIMIT_BYTES = SM_RESOURCES["9.0"].smem_per_block_optin_bytes  # sm_90 opt-in shared memory per block
 SPILL_PENALTY = 0.176
 SDPA_FLASH_TFLOPS = {False: 346.0, True: 318.0}  # ANCHORS.md, B4 H32 S4096 D128
 TRITON_RATE_OVER_SDPA = 1.06  # best Triton tile vs FA2, assumed

@@ -58,10 +58,11 @@ def footprint_frame(static: pd.DataFrame | None, diag: pd.DataFrame) -> pd.DataF
     if by_params is not None:
         frame.loc[has_params, "_config_key"] = by_params[has_params]
     frame = frame.drop_duplicates(["kernel_name", "_config_key"]).drop(columns="_config_key")
-    occ = col(frame, "occupancy_pct")
+    occ = pd.to_numeric(col(frame, "occupancy_pct"), errors="coerce").astype(float)
     missing = occ.isna()
-    if missing.any():
-        occ.loc[missing] = [_occupancy_for(r) for _, r in frame[missing].iterrows()]
+    if missing.any():  # None where the spec table does not know the device: NaN in a float column
+        occ.loc[missing] = pd.to_numeric(pd.Series([_occupancy_for(r) for _, r in frame[missing].iterrows()],
+                                                   index=occ.index[missing], dtype=object), errors="coerce")
     frame["occupancy_pct"] = pd.to_numeric(occ, errors="coerce").astype(float)
     order = [c for c in ("kernel_name", "block_m", "block_n", "block_k", "num_warps", "num_stages", "config_id")
              if c in frame]

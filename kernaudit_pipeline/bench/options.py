@@ -1,6 +1,7 @@
 """The options a sweep runs with; the parent writes them into every worker's spec.
 
-Standard library only.
+The timing rules' defaults live with the rules (``stats.StopRule``, ``paired.PairedRule``);
+the options start from them. Standard library and numpy only.
 """
 
 from __future__ import annotations
@@ -9,6 +10,8 @@ from dataclasses import dataclass
 
 from kernaudit_pipeline.bench.calibration import BETWEEN_RUN_RSD
 from kernaudit_pipeline.bench.clocks import DEFAULT_FRACTION
+from kernaudit_pipeline.bench.paired import PairedRule
+from kernaudit_pipeline.bench.stats import StopRule
 
 FAKE_DEVICE_ENV = "KERNAUDIT_BENCH_FAKE_DEVICE"  # "cpu": workers use the CPU timing double (tests)
 
@@ -16,15 +19,15 @@ FAKE_DEVICE_ENV = "KERNAUDIT_BENCH_FAKE_DEVICE"  # "cpu": workers use the CPU ti
 @dataclass(frozen=True)
 class BenchOptions:
     # unpaired timing (baseline rows, peaks): nvbench-style RSD rule plus a time cap
-    rsd_target: float = 0.01
-    min_samples: int = 10
-    max_seconds_per_config: float = 1.0
+    rsd_target: float = StopRule.rsd_target
+    min_samples: int = StopRule.min_samples
+    max_seconds_per_config: float = StopRule.max_seconds
     # paired timing of each config against the primary reference
-    min_blocks: int = 6
-    max_blocks: int = 40
-    block_s: float = 0.015
-    min_time_s: float = 0.1
-    speedup_rsd_target: float = 0.004
+    min_blocks: int = PairedRule.min_blocks
+    max_blocks: int = PairedRule.max_blocks
+    block_s: float = PairedRule.block_s
+    min_time_s: float = PairedRule.min_time_s
+    speedup_rsd_target: float = PairedRule.rsd_target
     between_run_rsd: float = BETWEEN_RUN_RSD
     clock_fraction: float = DEFAULT_FRACTION
     # small kernels: time replays of a captured CUDA graph (opt-in)
@@ -42,16 +45,12 @@ class BenchOptions:
     device: str = "cuda"
 
     @property
-    def rule(self):
-        from kernaudit_pipeline.bench.stats import StopRule
-
+    def rule(self) -> StopRule:
         return StopRule(rsd_target=self.rsd_target, min_samples=self.min_samples,
                         max_seconds=self.max_seconds_per_config)
 
     @property
-    def paired_rule(self):
-        from kernaudit_pipeline.bench.paired import PairedRule
-
+    def paired_rule(self) -> PairedRule:
         return PairedRule(min_blocks=self.min_blocks, max_blocks=self.max_blocks,
                           block_s=self.block_s, min_time_s=self.min_time_s,
                           max_seconds=max(self.max_seconds_per_config, self.min_time_s) * 2,

@@ -149,6 +149,15 @@ def device_info(options: BenchOptions) -> DeviceInfo:
                       triton_version=triton.__version__)
 
 
+def open_sweep(out: Path, options, deadline: float, work: Path) -> Sweep:
+    """The sweep's state, with ``out`` emptied for its rows and the device read once."""
+    device = device_info(options)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text("")
+    return Sweep(out=out, options=options, deadline=deadline, work_dir=work,
+                 driver_version=device.driver_version, device=device)
+
+
 def run_bench(args, argv: list[str]) -> int:
     options = options_from(args)
     started_wall = time.time()
@@ -159,12 +168,8 @@ def run_bench(args, argv: list[str]) -> int:
         groups = select(plans, args)
         if not groups and not failures:
             raise BenchError("no (kernel, shape) pairs match the filters")
-        device = device_info(options)
-        out = Path(args.out)
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text("")
-        sweep = Sweep(out=out, options=options, deadline=deadline, work_dir=work,
-                      driver_version=device.driver_version, device=device)
+        sweep = open_sweep(Path(args.out), options, deadline, work)
+        device = sweep.device
         for failure in failures:
             print(f"[bench] {failure.message}", flush=True)
             sweep.emit(plan_failure_row(failure, device))
@@ -181,7 +186,7 @@ def run_bench(args, argv: list[str]) -> int:
                                  sorted({s for g in groups for s in g.shapes}))
         sweep.emit(summary)
     print_table(sweep.rows)
-    print(f"[bench] wrote {len(sweep.rows)} rows to {out} (sweep {summary['sweep_wall_s']:.1f} s, "
+    print(f"[bench] wrote {len(sweep.rows)} rows to {sweep.out} (sweep {summary['sweep_wall_s']:.1f} s, "
           f"GPU busy {summary['gpu_busy_s']:.1f} s, options {asdict(options)['device']})")
     if failures:
         print(f"kernaudit bench: {len(failures)} kernel module(s) could not be planned; "

@@ -19,15 +19,14 @@ Runs on the GPU host: torch, triton, numpy and the standard library.
 from __future__ import annotations
 
 import json
-import sys
 import tempfile
 import time
 from dataclasses import replace
 from pathlib import Path
 
-from kernaudit_pipeline.bench.runner import BenchError, device_info, options_from, resolve, select
+from kernaudit_pipeline.bench.runner import BenchError, open_sweep, options_from, resolve, select
 from kernaudit_pipeline.bench.summary import summary_record
-from kernaudit_pipeline.bench.supervisor import WRAP_UP_S, Group, Sweep, plan_failure_row, precompile, run_group
+from kernaudit_pipeline.bench.supervisor import WRAP_UP_S, Group, precompile, run_group
 from kernaudit_pipeline.core.values import json_safe
 from kernaudit_pipeline.rank.search import (
     Candidate, Observation, SearchResult, SearchSettings, conclude, observation_from_row,
@@ -120,12 +119,8 @@ def run_search(args, argv: list[str]) -> int:
         else:
             ranking, stated = compute_ranking(plan.stem)
         stated = args.search_stated_error if args.search_stated_error is not None else (stated or DEFAULT_STATED_ERROR)
-        device = device_info(options)
         out = Path(args.out)
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text("")
-        sweep = Sweep(out=out, options=options, deadline=deadline, work_dir=work,
-                      driver_version=device.driver_version, device=device)
+        sweep = open_sweep(out, options, deadline, work)
         settings = settings_from(args, stated)
         jobs = args.jobs if args.jobs is not None else 12
         summaries = []

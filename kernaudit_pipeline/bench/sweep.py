@@ -273,6 +273,15 @@ def _not_run(ctx: Context, shape: Shape, plan_shape, config: dict, message: str,
         **_common(ctx, plan_shape))))
 
 
+def _start(ctx: Context, shape: Shape, plan_shape, r: Ready) -> bool:
+    """Mark ``r`` as the config being timed, or write its NOT_RUN row once the deadline passed."""
+    if ctx.past_deadline():
+        _not_run(ctx, shape, plan_shape, r.config, "sweep deadline reached before this config was timed", r)
+        return False
+    _mark(ctx, shape, r.cid)
+    return True
+
+
 def _round_robin(ctx: Context, shape: Shape, plan_shape, sessions: list[tuple[Ready, PairedSession]],
                  on_error: Callable[[Ready, BaseException], None],
                  label: Callable[[Ready], str] = lambda r: r.cid,
@@ -322,10 +331,8 @@ def time_candidates(ctx: Context, shape: Shape, plan_shape, ready: list[Ready],
     results: list[tuple[Ready, object]] = []
     if primary.fn is None:
         for r in ready:
-            if ctx.past_deadline():
-                _not_run(ctx, shape, plan_shape, r.config, "sweep deadline reached before this config was timed", r)
+            if not _start(ctx, shape, plan_shape, r):
                 continue
-            _mark(ctx, shape, r.cid)
             try:
                 results.append((r, time_single(r.fn, ctx.backend, ctx.opts.rule, ctx.opts.warmup_s)))
             except Exception as exc:
@@ -333,10 +340,8 @@ def time_candidates(ctx: Context, shape: Shape, plan_shape, ready: list[Ready],
         return results
     sessions = []
     for r in ready:
-        if ctx.past_deadline():
-            _not_run(ctx, shape, plan_shape, r.config, "sweep deadline reached before this config was timed", r)
+        if not _start(ctx, shape, plan_shape, r):
             continue
-        _mark(ctx, shape, r.cid)
         try:
             graph = _use_graph(ctx, r.fn)
             r.timed = prepare_timed(r.fn, ctx.backend, graph)

@@ -227,8 +227,10 @@ class FakeCpuBackend:
     def device_info(self, driver_version: str | None) -> DeviceInfo:
         import torch
 
+        from kernaudit_pipeline.core.hardware import SM_RESOURCES
+
         return DeviceInfo(device_name="fake-cpu (test double)", compute_capability=None,
-                          sm_count=None, max_shared_mem_bytes=232448, driver_version=driver_version,
+                          sm_count=None, max_shared_mem_bytes=SM_RESOURCES["9.0"].smem_per_block_optin_bytes, driver_version=driver_version,
                           torch_version=torch.__version__)
 
 

@@ -31,7 +31,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from kernaudit_pipeline.ingest.sources import CHUNK, IngestError, is_gzip, open_stream
+from kernaudit_pipeline.ingest.sources import IngestError, is_gzip, iter_chunks
 
 BATCH_ROWS = 100_000
 MAX_LINE_BYTES = 64 << 20  # a longer "line" is no record (and is not held whole in memory)
@@ -141,18 +141,14 @@ def _raw_lines(path: Path) -> Iterator[tuple[int, bytes]]:
     line_no = 0
     pending = b""
     try:
-        with open_stream(path) as fh:
-            while True:
-                chunk = fh.read(CHUNK)
-                if not chunk:
-                    break
-                parts = (pending + chunk).split(b"\n")
-                pending = parts.pop()
-                if len(pending) > MAX_LINE_BYTES:
-                    raise IngestError(f"a line longer than {MAX_LINE_BYTES >> 20} MiB at line {line_no + 1}")
-                for raw in parts:
-                    line_no += 1
-                    yield line_no, raw
+        for chunk in iter_chunks(path):
+            parts = (pending + chunk).split(b"\n")
+            pending = parts.pop()
+            if len(pending) > MAX_LINE_BYTES:
+                raise IngestError(f"a line longer than {MAX_LINE_BYTES >> 20} MiB at line {line_no + 1}")
+            for raw in parts:
+                line_no += 1
+                yield line_no, raw
     except (OSError, EOFError, zlib.error) as exc:
         raise IngestError(f"unreadable stream after line {line_no} ({str(exc).splitlines()[0][:80]})") from None
     if pending:

@@ -92,20 +92,24 @@ def open_stream(path: Path) -> Iterator[BinaryIO]:
         raw.close()
 
 
+def iter_chunks(path: Path) -> Iterator[bytes]:
+    """The (decompressed) content, :data:`CHUNK` bytes at a time; read errors propagate, for
+    the caller to word with what it knows (a line number, a size)."""
+    with open_stream(path) as fh:
+        while chunk := fh.read(CHUNK):
+            yield chunk
+
+
 def read_bytes(path: Path, limit: int | None = None) -> bytes:
     """The whole (decompressed) content, at most ``limit`` bytes (default
     :data:`MAX_WHOLE_FILE_BYTES`)."""
     limit = MAX_WHOLE_FILE_BYTES if limit is None else limit
     buf = io.BytesIO()
     try:
-        with open_stream(path) as fh:
-            while True:
-                chunk = fh.read(CHUNK)
-                if not chunk:
-                    break
-                buf.write(chunk)
-                if buf.tell() > limit:
-                    raise IngestError(f"larger than {limit >> 20} MiB once decompressed: refused")
+        for chunk in iter_chunks(path):
+            buf.write(chunk)
+            if buf.tell() > limit:
+                raise IngestError(f"larger than {limit >> 20} MiB once decompressed: refused")
     except (OSError, EOFError, zlib.error) as exc:  # a truncated or corrupt .gz
         if isinstance(exc, IngestError):
             raise

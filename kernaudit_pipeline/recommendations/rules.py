@@ -131,7 +131,8 @@ def row_evidence(row: Mapping) -> list[Evidence]:
     for col in ("spill_stores_bytes", "spill_loads_bytes", "registers_per_thread", "local_spill_requests"):
         value = plain(row.get(col))
         if value is not None:
-            evidence.append(Evidence(col, value, 0 if "spill" in col else 255, "kernel_runs"))
+            evidence.append(Evidence(col, value, 0 if "spill" in col else SM_RESOURCES["9.0"].max_regs_per_thread,
+                                      "kernel_runs"))
     return evidence
 
 
