@@ -23,13 +23,12 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import stat
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 from kernaudit_pipeline.comparisons import DEFAULT_NOISE_BAND, compare_row
+from kernaudit_pipeline.core.files import FileRefused, read_bounded
 from kernaudit_pipeline.kernel_runs import normalize
 from kernaudit_pipeline.recommendations.rules import config_problem, diagnose_row
 from kernaudit_pipeline.spill_diagnostics import diagnose_record, spill_detected
@@ -83,17 +82,9 @@ def _depth(value: object) -> int:
 def read_file(path: Path) -> list[Any]:
     """The file's JSON array; InputError (one line) for anything that is not one."""
     try:
-        info = os.stat(path)
-    except OSError as exc:
-        raise InputError(f"{path}: cannot read ({exc.strerror or exc})") from None
-    if not stat.S_ISREG(info.st_mode):
-        raise InputError(f"{path}: not a regular file")
-    if info.st_size > MAX_FILE_BYTES:
-        raise InputError(f"{path}: {info.st_size:,} bytes, over the {MAX_FILE_BYTES:,}-byte limit")
-    try:
-        raw = path.read_bytes()
-    except OSError as exc:
-        raise InputError(f"{path}: cannot read ({exc.strerror or exc})") from None
+        raw = read_bounded(path, MAX_FILE_BYTES)
+    except FileRefused as exc:
+        raise InputError(str(exc)) from None
     text = _decode(raw, path)
     if not text.strip():
         raise InputError(f"{path}: empty file")

@@ -33,7 +33,6 @@ import fcntl
 import hashlib
 import json
 import os
-import stat
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -41,6 +40,7 @@ from typing import Iterator
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from kernaudit_pipeline.core.files import FileRefused, read_bounded
 from kernaudit_pipeline.recommendations.model import (
     Recommendation, ReviewState, content_sha256, recommendation_from_json, recommendation_to_json, refuted_fit,
 )
@@ -88,19 +88,11 @@ def _sha256(text: str | bytes) -> str:
 def read_text(path: Path, what: str, limit: int) -> str | None:
     """A regular UTF-8 file's text; None when it does not exist; ReviewError (one line) otherwise."""
     try:
-        info = os.stat(path)
-    except FileNotFoundError:
+        raw = read_bounded(path, limit, what, missing_ok=True)
+    except FileRefused as exc:
+        raise ReviewError(str(exc)) from None
+    if raw is None:
         return None
-    except OSError as exc:
-        raise ReviewError(f"{path}: cannot read the {what} ({exc.strerror})") from None
-    if not stat.S_ISREG(info.st_mode):
-        raise ReviewError(f"{path}: the {what} is not a regular file")
-    if info.st_size > limit:
-        raise ReviewError(f"{path}: the {what} is {info.st_size:,} bytes, over the {limit:,}-byte limit")
-    try:
-        raw = path.read_bytes()
-    except OSError as exc:
-        raise ReviewError(f"{path}: cannot read the {what} ({exc.strerror})") from None
     try:
         return raw.decode("utf-8")
     except UnicodeDecodeError as exc:
