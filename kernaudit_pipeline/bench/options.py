@@ -55,3 +55,7 @@ class BenchOptions:
                           block_s=self.block_s, min_time_s=self.min_time_s,
                           max_seconds=max(self.max_seconds_per_config, self.min_time_s) * 2,
                           rsd_target=self.speedup_rsd_target)
+
+
+# ``--quick``: the timing a smoke run uses where the user set nothing else.
+QUICK = BenchOptions(min_samples=5, max_seconds_per_config=0.25, min_blocks=3, min_time_s=0.02)

@@ -27,7 +27,7 @@ import time
 from dataclasses import asdict
 from pathlib import Path
 
-from kernaudit_pipeline.bench.options import FAKE_DEVICE_ENV, BenchOptions
+from kernaudit_pipeline.bench.options import FAKE_DEVICE_ENV, QUICK, BenchOptions
 from kernaudit_pipeline.bench.plan import KernelPlan
 from kernaudit_pipeline.bench.records import DeviceInfo
 from kernaudit_pipeline.bench.summary import print_table, summary_record
@@ -36,10 +36,6 @@ from kernaudit_pipeline.bench.supervisor import (
 )
 from kernaudit_pipeline.core.configs import config_id
 from kernaudit_pipeline.kernel_spec import kernel_files
-
-QUICK_MIN_SAMPLES = 5
-QUICK_MAX_SECONDS = 0.25
-
 
 class BenchError(Exception):
     """Input the user can fix: one line, exit 2."""
@@ -59,6 +55,11 @@ def nvidia_smi_query(fields: str) -> list[str] | None:
 
 
 def options_from(args) -> BenchOptions:
+    # options left unset take --quick's value under --quick, else the default (both: options.py)
+    base = QUICK if args.quick else BenchOptions()
+    for name in ("min_samples", "max_seconds_per_config", "min_blocks", "min_time_s"):
+        if getattr(args, name) is None:
+            setattr(args, name, getattr(base, name))
     for name in ("rsd_target", "max_seconds_per_config", "timeout_s", "min_time_s", "speedup_rsd_target"):
         if getattr(args, name) <= 0:
             raise BenchError(f"--{name.replace('_', '-')} must be positive")
@@ -68,14 +69,10 @@ def options_from(args) -> BenchOptions:
         raise BenchError("--between-run-rsd must be >= 0")
     if args.min_blocks < 2:
         raise BenchError("--min-blocks must be at least 2")
-    quick = bool(args.quick)
     return BenchOptions(
-        rsd_target=args.rsd_target,
-        min_samples=QUICK_MIN_SAMPLES if quick and args.min_samples == 10 else args.min_samples,
-        max_seconds_per_config=(QUICK_MAX_SECONDS if quick and args.max_seconds_per_config == 1.0
-                                else args.max_seconds_per_config),
-        min_blocks=3 if quick and args.min_blocks == 6 else args.min_blocks,
-        min_time_s=0.02 if quick and args.min_time_s == 0.1 else args.min_time_s,
+        rsd_target=args.rsd_target, min_samples=args.min_samples,
+        max_seconds_per_config=args.max_seconds_per_config, min_blocks=args.min_blocks,
+        min_time_s=args.min_time_s,
         speedup_rsd_target=args.speedup_rsd_target, between_run_rsd=args.between_run_rsd,
         clock_fraction=args.clock_fraction, cuda_graph=args.cuda_graph,
         cuda_graph_below_us=args.cuda_graph_below_us, references_top_k=args.references_top_k,

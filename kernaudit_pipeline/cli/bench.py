@@ -12,7 +12,8 @@ import sys
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from kernaudit_pipeline.bench.calibration import BETWEEN_RUN_RSD
+    from kernaudit_pipeline.bench.options import QUICK
+    from kernaudit_pipeline.bench.options import BenchOptions as D  # the one home of the defaults
     from kernaudit_pipeline.kernel_spec import KERNELS_DIR
 
     p = parser
@@ -23,36 +24,44 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     p.add_argument("--max-configs", type=int, help="only the first N configs of each kernel")
     p.add_argument("--out", default="bench_runs.jsonl", help="JSONL file to write (replaced)")
     p.add_argument("--no-prune", action="store_true", help="also time configs that spill")
-    p.add_argument("--spill-threshold-bytes", type=int, default=0,
-                   help="prune configs whose local memory per thread exceeds this (default 0)")
-    p.add_argument("--rsd-target", type=float, default=0.01,
-                   help="unpaired timing (references, peaks): stop when the RSD reaches this fraction")
-    p.add_argument("--min-samples", type=int, default=10, help="unpaired timing: at least this many samples")
-    p.add_argument("--max-seconds-per-config", type=float, default=1.0,
-                   help="time cap for one unpaired timing; paired timing stops at twice this")
-    p.add_argument("--min-blocks", type=int, default=6,
-                   help="paired timing: at least this many blocks of pairs per config (default 6)")
-    p.add_argument("--min-time-s", type=float, default=0.1,
-                   help="paired timing: at least this much timed GPU time per config (default 0.1 s)")
-    p.add_argument("--speedup-rsd-target", type=float, default=0.004,
+    p.add_argument("--spill-threshold-bytes", type=int, default=D.spill_threshold_bytes,
+                   help=f"prune configs whose local memory per thread exceeds this (default {D.spill_threshold_bytes})")
+    p.add_argument("--rsd-target", type=float, default=D.rsd_target,
+                   help="unpaired timing (references, peaks): stop when the RSD reaches this fraction "
+                        f"(default {D.rsd_target})")
+    p.add_argument("--min-samples", type=int, default=None,
+                   help=f"unpaired timing: at least this many samples (default {D.min_samples}; --quick: "
+                        f"{QUICK.min_samples})")
+    p.add_argument("--max-seconds-per-config", type=float, default=None,
+                   help="time cap for one unpaired timing; paired timing stops at twice this "
+                        f"(default {D.max_seconds_per_config} s; --quick: {QUICK.max_seconds_per_config} s)")
+    p.add_argument("--min-blocks", type=int, default=None,
+                   help=f"paired timing: at least this many blocks of pairs per config (default {D.min_blocks}; "
+                        f"--quick: {QUICK.min_blocks})")
+    p.add_argument("--min-time-s", type=float, default=None,
+                   help=f"paired timing: at least this much timed GPU time per config (default {D.min_time_s} s; "
+                        f"--quick: {QUICK.min_time_s} s)")
+    p.add_argument("--speedup-rsd-target", type=float, default=D.speedup_rsd_target,
                    help="paired timing: stop when the standard error of the block speedups "
-                        "reaches this fraction (default 0.004)")
-    p.add_argument("--between-run-rsd", type=float, default=BETWEEN_RUN_RSD,
+                        f"reaches this fraction (default {D.speedup_rsd_target})")
+    p.add_argument("--between-run-rsd", type=float, default=D.between_run_rsd,
                    help="between-run component that widens each speedup CI (calibrated on the "
-                        f"committed repeats by scripts/analyze_repeats.py; default {BETWEEN_RUN_RSD})")
-    p.add_argument("--clock-fraction", type=float, default=0.75,
+                        f"committed repeats by scripts/analyze_repeats.py; default {D.between_run_rsd})")
+    p.add_argument("--clock-fraction", type=float, default=D.clock_fraction,
                    help="discard blocks timed while the SM clock was below this fraction of its "
-                        "maximum, as nvbench does (default 0.75)")
+                        f"maximum, as nvbench does (default {D.clock_fraction})")
     p.add_argument("--cuda-graph", action="store_true",
                    help="time kernels under --cuda-graph-below-us as replays of a CUDA graph")
-    p.add_argument("--cuda-graph-below-us", type=float, default=20.0,
-                   help="the latency under which --cuda-graph applies (default 20 us)")
-    p.add_argument("--references-top-k", type=int, default=2,
-                   help="time the other references against this many best configs per shape")
+    p.add_argument("--cuda-graph-below-us", type=float, default=D.cuda_graph_below_us,
+                   help=f"the latency under which --cuda-graph applies (default {D.cuda_graph_below_us} us)")
+    p.add_argument("--references-top-k", type=int, default=D.references_top_k,
+                   help=f"time the other references against this many best configs per shape "
+                        f"(default {D.references_top_k})")
     p.add_argument("--no-backend-probe", action="store_true",
                    help="do not profile each reference to name the library that ran")
-    p.add_argument("--timeout-s", type=float, default=180.0,
-                   help="kill a worker whose current step (import, compile, check, timing) exceeds this")
+    p.add_argument("--timeout-s", type=float, default=D.timeout_s,
+                   help="kill a worker whose current step (import, compile, check, timing) exceeds this "
+                        f"(default {D.timeout_s} s)")
     p.add_argument("--deadline-s", type=float, default=None,
                    help="stop the whole sweep after this many seconds (the rest: NOT_RUN)")
     p.add_argument("--jobs", type=int, default=None,
