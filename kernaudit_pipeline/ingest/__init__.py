@@ -26,7 +26,7 @@ file in batches for the command (``kernaudit_pipeline.cli.ingest``).
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from enum import StrEnum
 from pathlib import Path
@@ -152,24 +152,22 @@ def detect_format(path: Path) -> SourceFormat:
     return _sniff(Path(path))[0]
 
 
+# One reader per format; the JSON formats get the document detection already parsed.
+_READERS: dict[SourceFormat, Callable[[Path, str, object | None], Parsed]] = {
+    SourceFormat.NCU_RAW: lambda path, shown, data: ncu_raw.parse(path, shown),
+    SourceFormat.NCU_DETAILS: lambda path, shown, data: ncu_details.parse(path, shown),
+    SourceFormat.NCU_REP: lambda path, shown, data: ncu_rep.parse(path, shown),
+    SourceFormat.TORCH_TRACE: torch_trace.parse,
+    SourceFormat.PROTON: proton.parse,
+    SourceFormat.PTXAS_LOG: lambda path, shown, data: ptxas_log.parse(path, shown),
+    SourceFormat.TRITON_CACHE: lambda path, shown, data: triton_cache.parse(path, shown),
+    SourceFormat.RUNNER_JSONL: lambda path, shown, data: runner_jsonl.parse(path, shown),
+    SourceFormat.SEED_JSON: seed_json.parse,
+}
+
+
 def _parse_one(fmt: SourceFormat, path: Path, shown: str, data: object | None) -> Parsed:
-    if fmt is SourceFormat.NCU_RAW:
-        return ncu_raw.parse(path, shown)
-    if fmt is SourceFormat.NCU_DETAILS:
-        return ncu_details.parse(path, shown)
-    if fmt is SourceFormat.NCU_REP:
-        return ncu_rep.parse(path, shown)
-    if fmt is SourceFormat.TORCH_TRACE:
-        return torch_trace.parse(path, shown, data)
-    if fmt is SourceFormat.PROTON:
-        return proton.parse(path, shown, data)
-    if fmt is SourceFormat.PTXAS_LOG:
-        return ptxas_log.parse(path, shown)
-    if fmt is SourceFormat.TRITON_CACHE:
-        return triton_cache.parse(path, shown)
-    if fmt is SourceFormat.RUNNER_JSONL:
-        return runner_jsonl.parse(path, shown)
-    return seed_json.parse(path, shown, data)
+    return _READERS[fmt](path, shown, data)
 
 
 def _finish(fmt: SourceFormat, parsed: Parsed) -> Parsed:

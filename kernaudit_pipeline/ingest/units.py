@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Mapping
 
 MISSING_TOKENS = frozenset({"", "n/a", "na", "no data", "nan", "none", "null", "-", "--"})
 
@@ -85,13 +86,18 @@ def _key(unit: object) -> str:
     return "" if unit is None else " ".join(str(unit).split()).lower()
 
 
-def time_to_us(value: float | None, unit: str) -> float | None:
+def _scaled(value: float | None, unit: str, table: Mapping[str, float], kind: str, what: str) -> float | None:
+    """``value`` in ``unit`` times the table's factor; an unknown unit is refused, never guessed."""
     if value is None:
         return None
-    key = _key(unit)
-    if key not in _TIME_TO_US:
-        raise BadValue(f"unknown time unit {unit!r}")
-    return finite(value * _TIME_TO_US[key], "the duration")
+    factor = table.get(_key(unit))
+    if factor is None:
+        raise BadValue(f"unknown {kind} unit {unit!r}")
+    return finite(value * factor, what)
+
+
+def time_to_us(value: float | None, unit: str) -> float | None:
+    return _scaled(value, unit, _TIME_TO_US, "time", "the duration")
 
 
 def bytes_from(value: float | None, unit: str) -> float | None:
@@ -108,12 +114,7 @@ def bytes_from(value: float | None, unit: str) -> float | None:
 
 
 def freq_to_mhz(value: float | None, unit: str) -> float | None:
-    if value is None:
-        return None
-    key = _key(unit)
-    if key not in _HZ_TO_MHZ:
-        raise BadValue(f"unknown frequency unit {unit!r}")
-    return finite(value * _HZ_TO_MHZ[key], "the frequency")
+    return _scaled(value, unit, _HZ_TO_MHZ, "frequency", "the frequency")
 
 
 def as_int(value: float | None) -> int | None:
