@@ -37,6 +37,7 @@ from kernaudit_pipeline.bench.supervisor import (
 from kernaudit_pipeline.core.configs import config_id
 from kernaudit_pipeline.kernel_spec import kernel_files
 
+
 class BenchError(Exception):
     """Input the user can fix: one line, exit 2."""
 
@@ -55,24 +56,22 @@ def nvidia_smi_query(fields: str) -> list[str] | None:
 
 
 def options_from(args) -> BenchOptions:
-    # options left unset take --quick's value under --quick, else the default (both: options.py)
+    # timing options left unset take --quick's value under --quick, else the default (options.py)
     base = QUICK if args.quick else BenchOptions()
-    for name in ("min_samples", "max_seconds_per_config", "min_blocks", "min_time_s"):
-        if getattr(args, name) is None:
-            setattr(args, name, getattr(base, name))
+    timing = {name: getattr(base, name) if getattr(args, name) is None else getattr(args, name)
+              for name in ("min_samples", "max_seconds_per_config", "min_blocks", "min_time_s")}
+    given = {**vars(args), **timing}
     for name in ("rsd_target", "max_seconds_per_config", "timeout_s", "min_time_s", "speedup_rsd_target"):
-        if getattr(args, name) <= 0:
+        if given[name] <= 0:
             raise BenchError(f"--{name.replace('_', '-')} must be positive")
     if not 0 < args.clock_fraction <= 1:
         raise BenchError("--clock-fraction must be in (0, 1]")
     if args.between_run_rsd < 0:
         raise BenchError("--between-run-rsd must be >= 0")
-    if args.min_blocks < 2:
+    if timing["min_blocks"] < 2:
         raise BenchError("--min-blocks must be at least 2")
     return BenchOptions(
-        rsd_target=args.rsd_target, min_samples=args.min_samples,
-        max_seconds_per_config=args.max_seconds_per_config, min_blocks=args.min_blocks,
-        min_time_s=args.min_time_s,
+        rsd_target=args.rsd_target, **timing,
         speedup_rsd_target=args.speedup_rsd_target, between_run_rsd=args.between_run_rsd,
         clock_fraction=args.clock_fraction, cuda_graph=args.cuda_graph,
         cuda_graph_below_us=args.cuda_graph_below_us, references_top_k=args.references_top_k,

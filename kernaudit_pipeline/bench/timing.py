@@ -229,9 +229,9 @@ class FakeCpuBackend:
 
         from kernaudit_pipeline.core.hardware import SM_RESOURCES
 
-        return DeviceInfo(device_name="fake-cpu (test double)", compute_capability=None,
-                          sm_count=None, max_shared_mem_bytes=SM_RESOURCES["9.0"].smem_per_block_optin_bytes, driver_version=driver_version,
-                          torch_version=torch.__version__)
+        return DeviceInfo(device_name="fake-cpu (test double)", compute_capability=None, sm_count=None,
+                          max_shared_mem_bytes=SM_RESOURCES["9.0"].smem_per_block_optin_bytes,
+                          driver_version=driver_version, torch_version=torch.__version__)
 
 
 def make_backend(device: str, clock_fraction: float = 0.75):

@@ -25,7 +25,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     p.add_argument("--out", default="bench_runs.jsonl", help="JSONL file to write (replaced)")
     p.add_argument("--no-prune", action="store_true", help="also time configs that spill")
     p.add_argument("--spill-threshold-bytes", type=int, default=D.spill_threshold_bytes,
-                   help=f"prune configs whose local memory per thread exceeds this (default {D.spill_threshold_bytes})")
+                   help="prune configs whose local memory per thread exceeds this "
+                        f"(default {D.spill_threshold_bytes})")
     p.add_argument("--rsd-target", type=float, default=D.rsd_target,
                    help="unpaired timing (references, peaks): stop when the RSD reaches this fraction "
                         f"(default {D.rsd_target})")

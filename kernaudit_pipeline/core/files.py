@@ -3,7 +3,7 @@
 Why one home: ``kernaudit assess`` and the review trail both read a file that someone else may
 have replaced by a FIFO, a device or something huge; the checks and their wording are the same,
 and each caller turns :class:`FileRefused` into its own error type. (Ingest opens files through
-``ingest/sources.py``, which adds gzip and streaming on top of the same rules.)
+``ingest/sources.py``, which makes the same checks while it streams and decompresses.)
 """
 
 from __future__ import annotations
@@ -22,11 +22,9 @@ def read_bounded(path: Path, limit: int, what: str = "file", *, missing_ok: bool
     not exist and ``missing_ok``; :class:`FileRefused` otherwise."""
     try:
         info = os.stat(path)
-    except FileNotFoundError as exc:
-        if missing_ok:
-            return None
-        raise FileRefused(f"{path}: cannot read the {what} ({exc.strerror or exc})") from None
     except OSError as exc:
+        if missing_ok and isinstance(exc, FileNotFoundError):
+            return None
         raise FileRefused(f"{path}: cannot read the {what} ({exc.strerror or exc})") from None
     if not stat.S_ISREG(info.st_mode):
         raise FileRefused(f"{path}: the {what} is not a regular file")
