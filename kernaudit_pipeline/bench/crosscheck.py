@@ -42,7 +42,7 @@ from pathlib import Path
 import numpy as np
 
 from kernaudit_pipeline.bench.options import FAKE_DEVICE_ENV
-from kernaudit_pipeline.bench.paired import PairedRule
+from kernaudit_pipeline.bench.rules import PairedRule
 from kernaudit_pipeline.bench.records import read_jsonl
 from kernaudit_pipeline.bench.references import references_of
 from kernaudit_pipeline.bench.timing import PairedSession, Timed

@@ -1,7 +1,7 @@
 """The options a sweep runs with; the parent writes them into every worker's spec.
 
-The timing rules' defaults live with the rules (``stats.StopRule``, ``paired.PairedRule``);
-the options start from them. Standard library and numpy only.
+The timing rules' defaults live with the rules (``rules.StopRule``, ``rules.PairedRule``);
+the options start from them. Standard library only: the CLI reads these defaults on every start.
 """
 
 from __future__ import annotations
@@ -10,8 +10,7 @@ from dataclasses import dataclass
 
 from kernaudit_pipeline.bench.calibration import BETWEEN_RUN_RSD
 from kernaudit_pipeline.bench.clocks import DEFAULT_FRACTION
-from kernaudit_pipeline.bench.paired import PairedRule
-from kernaudit_pipeline.bench.stats import StopRule
+from kernaudit_pipeline.bench.rules import PairedRule, StopRule
 
 FAKE_DEVICE_ENV = "KERNAUDIT_BENCH_FAKE_DEVICE"  # "cpu": workers use the CPU timing double (tests)
 

@@ -27,29 +27,10 @@ from statistics import NormalDist
 import numpy as np
 
 from kernaudit_pipeline.bench.calibration import BETWEEN_RUN_RSD
+from kernaudit_pipeline.bench.rules import PairedRule  # noqa: F401 - applied here, defined there
 from kernaudit_pipeline.bench.stats import MAD_TO_SIGMA, StopReason
 BOOTSTRAP_RESAMPLES = 2000
 BOOTSTRAP_SEED = 0
-
-
-@dataclass(frozen=True)
-class PairedRule:
-    """How many pairs and blocks to take for one config.
-
-    ``block_s`` sizes a block (pairs = block_s / time of one pair, within
-    [min_pairs, max_pairs]); sampling stops after ``min_blocks`` and ``min_time_s`` of timed
-    GPU time once the robust standard error of the block log-speedups
-    (:func:`robust_block_se`) is at most ``rsd_target``, or at ``max_blocks`` /
-    ``max_seconds``."""
-
-    min_blocks: int = 6
-    max_blocks: int = 40
-    min_pairs: int = 4
-    max_pairs: int = 64
-    block_s: float = 0.015
-    min_time_s: float = 0.1
-    max_seconds: float = 1.5
-    rsd_target: float = 0.004
 
 
 @dataclass(frozen=True)

@@ -20,6 +20,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from kernaudit_pipeline.bench.rules import StopRule  # noqa: F401 - applied here, defined there
+
 # sigma = 1.4826 * MAD for a normal distribution.
 MAD_TO_SIGMA = 1.4826
 # Standard error of the sample median of a normal: sqrt(pi / 2) * sigma / sqrt(n).
@@ -34,16 +36,6 @@ class StopReason(enum.Enum):
     TIME_CAP = "TIME_CAP"
     SAMPLE_CAP = "SAMPLE_CAP"
     DEADLINE = "DEADLINE"  # the sweep's deadline ended the timing early (bench/sweep.py)
-
-
-@dataclass(frozen=True)
-class StopRule:
-    """When to stop adding samples; ``rsd_target`` is a fraction (0.01 = 1 %)."""
-
-    rsd_target: float = 0.01
-    min_samples: int = 10
-    max_seconds: float = 1.0
-    max_samples: int = 5000
 
 
 @dataclass(frozen=True)

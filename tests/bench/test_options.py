@@ -3,6 +3,9 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import pytest
 
 from kernaudit_pipeline.bench.options import QUICK, BenchOptions
@@ -50,3 +53,11 @@ def test_parsing_twice_gives_the_same_options():
 def test_bad_values_are_refused(argv, needle):
     with pytest.raises(BenchError, match=needle.replace("(", r"\(").replace("]", r"\]")):
         _options(*argv)
+
+
+def test_building_the_cli_imports_no_numpy():
+    """The defaults are read on every `kernaudit` start: their home is standard library only."""
+    code = ("import sys; from kernaudit_pipeline.cli import build_parser; build_parser(); "
+            "print(sorted(m for m in ('numpy', 'pandas', 'torch') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
