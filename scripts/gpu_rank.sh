@@ -20,8 +20,10 @@
 # Both runs prune configs whose local memory reaches 512 B per thread (what the ranking drops:
 # heavy spills were always far from the best on the H200); smaller spills are timed. The
 # exhaustive sweep precompiles in $JOBS processes (default 16); the search then finds Triton's
-# cache warm (compiling is CPU time; the GPU-seconds compared are checks and timing loops). Knobs for a CPU rehearsal on the runner's test double:
-# KERNEL, KERNELS_DIR, RANKING, SHAPES (space-separated names). Needs python3 with torch,
+# cache warm (compiling is CPU time; the GPU-seconds compared are checks and timing loops).
+# STEPS="exhaustive" or "search" runs one of the two (a call with room for one; the search then
+# precompiles its own batches); SEARCH_ARGS passes --search-* options. Knobs for a CPU rehearsal
+# on the runner's test double: KERNEL, KERNELS_DIR, RANKING, SHAPES (space-separated names). Needs python3 with torch,
 # triton and numpy. Never changes clocks.
 set -uo pipefail
 
@@ -35,6 +37,9 @@ KERNELS_DIR="${KERNELS_DIR:-$ROOT/kernels}"
 RANKING="${RANKING:-$ROOT/samples/rank/${KERNEL}.ranking.json}"
 SHAPES="${SHAPES:-}"
 SEARCH_RESERVE_S="${SEARCH_RESERVE_S:-170}"  # kept for the search while the exhaustive sweep runs
+STEPS="${STEPS:-exhaustive search}"          # either or both, for a call that has room for one
+SEARCH_ARGS="${SEARCH_ARGS:-}"                # extra --search-* options
+[[ " $STEPS " == *" search "* ]] || SEARCH_RESERVE_S=5
 cd "$ROOT" || exit 1
 export PYTHONUNBUFFERED=1
 export PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}"
@@ -58,18 +63,24 @@ if [[ -n "$SHAPES" ]]; then
   COMMON+=(--shapes "${shape_list[@]}")
 fi
 
-echo "== exhaustive paired sweep (left $(left) s)"
-t0=$(date +%s)
-"$PY" -m kernaudit_pipeline.bench.runner "${COMMON[@]}" --out "$OUT/swiglu_exhaustive.jsonl" \
-  --precompile-s 150 --deadline-s "$(budget 400 "$SEARCH_RESERVE_S")"
-echo "exhaustive exit $?, $(( $(date +%s) - t0 )) s wall"
+if [[ " $STEPS " == *" exhaustive "* ]]; then
+  echo "== exhaustive paired sweep (left $(left) s)"
+  t0=$(date +%s)
+  "$PY" -m kernaudit_pipeline.bench.runner "${COMMON[@]}" --out "$OUT/swiglu_exhaustive.jsonl" \
+    --precompile-s 150 --deadline-s "$(budget 400 "$SEARCH_RESERVE_S")"
+  echo "exhaustive exit $?, $(( $(date +%s) - t0 )) s wall"
+  PRECOMPILE_SEARCH=0   # Triton's cache is warm
+fi
 
-echo "== search in the predicted order (left $(left) s)"
-t0=$(date +%s)
-"$PY" -m kernaudit_pipeline.bench.runner "${COMMON[@]}" --search --ranking "$RANKING" \
-  --out "$OUT/swiglu_search.jsonl" --search-summary "$OUT/swiglu_search_summary.json" \
-  --precompile-s 0 --deadline-s "$(budget 300 5)"
-echo "search exit $?, $(( $(date +%s) - t0 )) s wall"
+if [[ " $STEPS " == *" search "* ]]; then
+  echo "== search in the predicted order (left $(left) s)"
+  t0=$(date +%s)
+  read -r -a search_extra <<< "$SEARCH_ARGS"
+  "$PY" -m kernaudit_pipeline.bench.runner "${COMMON[@]}" --search --ranking "$RANKING" "${search_extra[@]}" \
+    --out "$OUT/swiglu_search.jsonl" --search-summary "$OUT/swiglu_search_summary.json" \
+    --precompile-s "${PRECOMPILE_SEARCH:-100}" --deadline-s "$(budget 400 5)"
+  echo "search exit $?, $(( $(date +%s) - t0 )) s wall"
+fi
 
 echo "== GPU-seconds (checks + timing loops of every row)"
 "$PY" - "$OUT/swiglu_exhaustive.jsonl" "$OUT/swiglu_search.jsonl" <<'EOF'

@@ -6,7 +6,7 @@ the options start from them. Standard library only: the CLI reads these defaults
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from kernaudit_pipeline.bench.calibration import BETWEEN_RUN_RSD
 from kernaudit_pipeline.bench.clocks import DEFAULT_FRACTION
@@ -24,6 +24,7 @@ class BenchOptions:
     # paired timing of each config against the primary reference
     min_blocks: int = PairedRule.min_blocks
     max_blocks: int = PairedRule.max_blocks
+    min_pairs: int = PairedRule.min_pairs
     block_s: float = PairedRule.block_s
     min_time_s: float = PairedRule.min_time_s
     speedup_rsd_target: float = PairedRule.rsd_target
@@ -50,7 +51,7 @@ class BenchOptions:
 
     @property
     def paired_rule(self) -> PairedRule:
-        return PairedRule(min_blocks=self.min_blocks, max_blocks=self.max_blocks,
+        return PairedRule(min_blocks=self.min_blocks, max_blocks=self.max_blocks, min_pairs=self.min_pairs,
                           block_s=self.block_s, min_time_s=self.min_time_s,
                           max_seconds=max(self.max_seconds_per_config, self.min_time_s) * 2,
                           rsd_target=self.speedup_rsd_target)
@@ -58,3 +59,18 @@ class BenchOptions:
 
 # ``--quick``: the timing a smoke run uses where the user set nothing else.
 QUICK = BenchOptions(min_samples=5, max_seconds_per_config=0.25, min_blocks=3, min_time_s=0.02)
+
+# ``bench --search``'s screening rung: GPU time per config of the short paired timings that
+# order the walk down the predicted ranking (the contenders are then re-measured with the
+# sweep's own options).
+SCREEN_TIME_S = 0.01
+
+
+def screening(options: BenchOptions, time_s: float = SCREEN_TIME_S) -> BenchOptions:
+    """``options`` cut to a screening measurement: about ``time_s`` of paired GPU time in 3 to 6
+    short blocks of as few as 2 pairs, a looser precision target, no other references. Its CI
+    is wide but honest (the same block statistics), which is what the walk's stop rule and the
+    choice of contenders read."""
+    return replace(options, min_time_s=time_s, min_blocks=3, max_blocks=6, min_pairs=2,
+                   block_s=min(options.block_s, time_s / 2), max_seconds_per_config=4 * time_s,
+                   speedup_rsd_target=max(options.speedup_rsd_target, 0.01), references_top_k=0)

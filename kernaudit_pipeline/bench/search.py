@@ -5,13 +5,18 @@ public steps (plan, precompile, ``run_group``): for each shape, the configs are 
 order the static cost model predicted (``kernaudit rank KERNEL --json``, passed with
 ``--ranking``, or computed here when absent), measured a batch at a time by the runner's own
 workers (paired against the primary reference, as in a full sweep), and the search stops when
-no unmeasured config can plausibly beat the best measured one.
+no unmeasured config can plausibly beat the best measured one. By default the walk is measured
+with short screening timings (``--search-screen-time-s``), and the few configs that could still
+be the best are then measured again with the sweep's own options (``--search-confirm``): the
+walk is where the GPU time would go, the confirmation keeps the pick as precise as a sweep's.
+Each shape's references are checked and timed once, by the first batch.
 
-It writes the runner's JSONL rows (the same schema as a full sweep) to ``--out``, and a
-summary per shape to ``--search-summary``: what was measured, why it stopped, the best config
-with its paired speedup and CI, the configs tied with it, and the GPU-seconds spent (checks and
-timing loops of every row written, references included), which is what an exhaustive sweep of
-the same space is compared against.
+It writes the runner's JSONL rows (the same schema as a full sweep) to ``--out``, one row per
+measured config (its full-precision row where it was confirmed, else its screening row, marked
+in ``run_message``), and a summary per shape to ``--search-summary``: what each rung measured,
+why it stopped, the best config with its paired speedup and CI, the configs tied with it, and
+the GPU-seconds spent (checks and timing loops of every row any rung wrote, references
+included), which is what an exhaustive sweep of the same space is compared against.
 
 Runs on the GPU host: torch, triton, numpy and the standard library.
 """
@@ -26,11 +31,12 @@ from pathlib import Path
 
 from kernaudit_pipeline.bench.runner import BenchError, open_sweep, options_from, resolve, select
 from kernaudit_pipeline.bench.summary import summary_record
-from kernaudit_pipeline.bench.supervisor import WRAP_UP_S, Group, precompile, run_group
+from kernaudit_pipeline.bench.options import screening
+from kernaudit_pipeline.bench.supervisor import WRAP_UP_S, Group, Sweep, precompile, run_group
 from kernaudit_pipeline.core.values import json_safe
 from kernaudit_pipeline.rank.search import (
     Candidate, Observation, SearchResult, SearchSettings, conclude, observation_from_row,
-    row_gpu_seconds, search_batched,
+    row_gpu_seconds, search_two_rungs,
 )
 
 DEFAULT_STATED_ERROR = 0.2
@@ -78,14 +84,6 @@ def compute_ranking(stem: str) -> tuple[dict[str, list[Candidate]], float]:
     return out, report.rankings[0].stated_error if report.rankings else DEFAULT_STATED_ERROR
 
 
-def _partial(candidates: list[Candidate], rows: list[dict], shape: str) -> SearchResult:
-    """What a search cut short by the deadline had measured, as a result."""
-    measured = [observation_from_row(r) for r in rows
-                if r.get("record_type") == "run" and r.get("shape_name") == shape
-                and r.get("run_status") != "NOT_RUN"]  # a config the deadline kept from running was not measured
-    return conclude(SearchResult(candidates=len(candidates), measured=measured))
-
-
 def settings_from(args, stated: float) -> SearchSettings:
     if args.search_initial < 1 or args.search_batch < 1:
         raise BenchError("--search-initial and --search-batch must be at least 1")
@@ -93,8 +91,40 @@ def settings_from(args, stated: float) -> SearchSettings:
         raise BenchError("--search-max-fraction must be in (0, 1]")
     if not (stated >= 0 and stated < 10):
         raise BenchError("--search-stated-error must be a fraction >= 0 (0.2 = 20 %)")
+    if args.search_confirm < 0 or not args.search_screen_time_s >= 0:
+        raise BenchError("--search-confirm and --search-screen-time-s must be at least 0")
+    two_rungs = args.search_screen_time_s > 0
     return SearchSettings(stated_error=stated, initial=args.search_initial, batch=args.search_batch,
-                          max_fraction=args.search_max_fraction)
+                          max_fraction=args.search_max_fraction,
+                          confirm_max=args.search_confirm if two_rungs else 0,
+                          confirm_min=min(SearchSettings.confirm_min, args.search_confirm) if two_rungs else 0)
+
+
+SCREEN_NOTE = ("search screening rung: a short paired timing ({:g} s of GPU time), not re-measured at "
+               "full precision (it could not be the best)")
+
+
+def final_rows(rows: list[dict], shape: str, confirmed: set[str], screen_time_s: float) -> list[dict]:
+    """What ``--out`` keeps of one shape's search: every reference row, and one row per
+    measured config, the full-precision one where the config was confirmed, else its
+    screening row (marked as such in ``run_message``)."""
+    out, runs = [], {}
+    for r in rows:
+        if r.get("shape_name") != shape or r.get("record_type") not in ("run", "baseline"):
+            continue
+        if r.get("record_type") == "baseline":
+            out.append(r)
+            continue
+        cid = r.get("config_id")
+        if r.get("_rung") == "confirm" or cid not in runs:
+            runs[cid] = r
+    for cid, r in runs.items():
+        row = {k: v for k, v in r.items() if k != "_rung"}
+        if r.get("_rung") == "screen" and cid not in confirmed and row.get("run_status") == "OK" \
+                and not row.get("run_message"):
+            row["run_message"] = SCREEN_NOTE.format(screen_time_s)
+        out.append(row)
+    return out
 
 
 def run_search(args, argv: list[str]) -> int:
@@ -121,7 +151,12 @@ def run_search(args, argv: list[str]) -> int:
         stated = args.search_stated_error if args.search_stated_error is not None else (stated or DEFAULT_STATED_ERROR)
         out = Path(args.out)
         sweep = open_sweep(out, options, deadline, work)
+        # every row any rung writes lands here first; --out then keeps one row per config
+        rungs = Sweep(out=work / "rungs.jsonl", options=options, deadline=deadline, work_dir=work,
+                      driver_version=sweep.driver_version, device=sweep.device)
         settings = settings_from(args, stated)
+        screen_s = args.search_screen_time_s
+        rung_options = {"screen": screening(options, screen_s) if screen_s > 0 else options, "confirm": options}
         jobs = args.jobs if args.jobs is not None else 12
         summaries = []
         batches = {"n": 0}
@@ -131,10 +166,11 @@ def run_search(args, argv: list[str]) -> int:
             if not candidates:
                 print(f"[search] {plan.name} {shape}: the ranking has no candidates; skipped", flush=True)
                 continue
-            first_row = len(sweep.rows)
-            probed = {"done": False}
+            first_row = len(rungs.rows)
+            refs_done: dict[str, dict[str, dict]] = {}  # the references are checked and timed once a shape
+            seen: dict[str, list[Observation]] = {"screen": [], "confirm": []}
 
-            def measure(ids: list[str]) -> list[Observation]:
+            def measure(ids: list[str], rung: str) -> list[Observation]:
                 # a worker started now would be told to wrap up at once: its configs would come
                 # back NOT_RUN, and counting them as measured would end the search as EXHAUSTED
                 if time.monotonic() >= deadline - WRAP_UP_S:
@@ -143,57 +179,88 @@ def run_search(args, argv: list[str]) -> int:
                 # each worker run gets its own folder: the supervisor names its files by kernel
                 # and attempt, which repeat from one batch to the next
                 batches["n"] += 1
-                sweep.work_dir = work / f"batch{batches['n']}"
-                sweep.work_dir.mkdir()
-                if args.precompile_s > 0:  # 0: Triton's cache is warm (an exhaustive sweep ran first)
-                    precompile([batch], sweep, jobs, args.precompile_s)
-                before = len(sweep.rows)
-                # the reference's library is probed once per shape, not once per batch
-                sweep.options = replace(options, probe_backends=options.probe_backends and not probed["done"])
-                run_group(batch, sweep)
-                probed["done"] = True
-                rows = {r.get("config_id"): r for r in sweep.rows[before:]
+                rungs.work_dir = work / f"batch{batches['n']}"
+                rungs.work_dir.mkdir()
+                if args.precompile_s > 0 and rung == "screen":  # 0: Triton's cache is warm
+                    precompile([batch], rungs, jobs, args.precompile_s)
+                before = len(rungs.rows)
+                opts = rung_options[rung]
+                # the reference's library is probed once per shape, with its first check
+                rungs.options = replace(opts, probe_backends=opts.probe_backends and not refs_done)
+                run_group(batch, rungs, references_done=refs_done)
+                for r in rungs.rows[before:]:
+                    r["_rung"] = rung
+                rows = {r.get("config_id"): r for r in rungs.rows[before:]
                         if r.get("record_type") == "run" and r.get("shape_name") == shape}
+                observations = [observation_from_row(rows[i]) if i in rows
+                                else Observation.failed(i, 0.0, "no row written") for i in ids]
                 if any(r.get("stop_reason") == "DEADLINE" or r.get("run_status") == "NOT_RUN"
                        for r in rows.values()) and time.monotonic() >= deadline - WRAP_UP_S:
-                    raise _DeadlineReached  # the batch was cut short: _partial keeps what it measured
-                return [observation_from_row(rows[i]) if i in rows
-                        else Observation.failed(i, 0.0, "no row written") for i in ids]
+                    # the batch was cut short: keep what it measured, a config the deadline kept
+                    # from running was not measured
+                    seen[rung] += [o for o, i in zip(observations, ids)
+                                   if i in rows and rows[i].get("run_status") != "NOT_RUN"]
+                    raise _DeadlineReached
+                seen[rung] += observations
+                return observations
 
             t0 = time.monotonic()
             try:
-                result = search_batched(candidates, measure, settings)
+                result = search_two_rungs(candidates, lambda ids: measure(ids, "screen"),
+                                          lambda ids: measure(ids, "confirm"), settings)
                 stop_name, stop_text = result.stop_reason.name, result.stop_reason.value
             except _DeadlineReached:
-                result = _partial(candidates, sweep.rows[first_row:], shape)
+                result = conclude(SearchResult(candidates=len(candidates), measured=seen["screen"],
+                                               confirmed=seen["confirm"]))
                 stop_name, stop_text = "DEADLINE", "the sweep's --deadline-s passed"
-            rows = sweep.rows[first_row:]
-            best = result.best
-            summaries.append({
-                "record_type": "search", "kernel_name": plan.name, "shape_name": shape,
-                "candidates": result.candidates, "measured": len(result.measured),
-                "measured_config_ids": [o.config_id for o in result.measured],
-                "stop_reason": stop_name, "stop_reason_text": stop_text,
-                "best_config_id": best.config_id if best else None,
-                "best_speedup": best.speedup if best else None,
-                "best_speedup_ci": [1.0 / best.ci_high, 1.0 / best.ci_low] if best and best.speedup else None,
-                "best_latency_us": best.latency_us if best else None,
-                "tied_config_ids": result.tied, "stated_error": stated,
-                "gpu_seconds": sum(row_gpu_seconds(r) for r in rows),
-                "gpu_seconds_runs": result.gpu_seconds, "wall_s": time.monotonic() - t0,
-                "settings": {"initial": settings.initial, "batch": settings.batch, "z": settings.z,
-                             "prior_weight": settings.prior_weight, "tie_margin": settings.tie_margin,
-                             "max_fraction": settings.max_fraction},
-            })
+            rows = rungs.rows[first_row:]
+            confirmed = {o.config_id for o in result.confirmed}
+            for row in final_rows(rows, shape, confirmed, screen_s):
+                sweep.emit(row)
+            summaries.append(_summary(plan.name, shape, result, stop_name, stop_text, stated, settings,
+                                      rows, screen_s, rung_options, time.monotonic() - t0))
             s = summaries[-1]
-            print(f"[search] {plan.name} {shape}: {s['measured']}/{s['candidates']} measured, "
-                  f"{s['gpu_seconds']:.1f} GPU-s, best {s['best_config_id']} ({stop_text})",
-                  flush=True)
+            print(f"[search] {plan.name} {shape}: {s['measured']}/{s['candidates']} measured"
+                  + (f" ({len(confirmed)} confirmed at full precision)" if screen_s > 0 else "")
+                  + f", {s['gpu_seconds']:.1f} GPU-s, best {s['best_config_id']} ({stop_text})", flush=True)
         sweep.options = options
         summary = summary_record(sweep, started_wall, argv, args.deadline_s, [plan.name], list(group.shapes))
+        summary["search_gpu_busy_s_all_rungs"] = sum(row_gpu_seconds(r) for r in rungs.rows)
         sweep.emit(summary)
     if args.search_summary:
         Path(args.search_summary).write_text(json.dumps(json_safe(summaries), indent=1) + "\n")
     print(f"[search] wrote {len(sweep.rows)} rows to {out}"
           + (f" and {len(summaries)} shape summaries to {args.search_summary}" if args.search_summary else ""))
     return 0
+
+
+def _summary(kernel: str, shape: str, result: SearchResult, stop_name: str, stop_text: str, stated: float,
+             settings: SearchSettings, rows: list[dict], screen_s: float, rung_options: dict,
+             wall_s: float) -> dict:
+    """One shape's search summary: what was measured at each rung, why it stopped, the pick
+    and its ties, and the GPU-seconds of every row any rung wrote (references included)."""
+    best = result.best
+    by_rung = {rung: sum(row_gpu_seconds(r) for r in rows if r.get("_rung") == rung) for rung in ("screen", "confirm")}
+    return {
+        "record_type": "search", "kernel_name": kernel, "shape_name": shape,
+        "candidates": result.candidates, "measured": len(result.measured),
+        "measured_config_ids": [o.config_id for o in result.measured],
+        "confirmed_config_ids": [o.config_id for o in result.confirmed],
+        "stop_reason": stop_name, "stop_reason_text": stop_text,
+        "best_config_id": best.config_id if best else None,
+        "best_speedup": best.speedup if best else None,
+        "best_speedup_ci": [1.0 / best.ci_high, 1.0 / best.ci_low] if best and best.speedup else None,
+        "best_latency_us": best.latency_us if best else None,
+        "tied_config_ids": result.tied, "stated_error": stated,
+        "gpu_seconds": sum(row_gpu_seconds(r) for r in rows),
+        "gpu_seconds_screen": by_rung["screen"], "gpu_seconds_confirm": by_rung["confirm"],
+        "gpu_seconds_runs": result.gpu_seconds, "wall_s": wall_s,
+        "screen_time_s": screen_s,
+        "screen_options": ({k: getattr(rung_options["screen"], k) for k in
+                            ("min_time_s", "min_blocks", "max_blocks", "min_pairs", "block_s",
+                             "max_seconds_per_config", "speedup_rsd_target")} if screen_s > 0 else None),
+        "settings": {"initial": settings.initial, "batch": settings.batch, "z": settings.z,
+                     "prior_weight": settings.prior_weight, "tie_margin": settings.tie_margin,
+                     "max_fraction": settings.max_fraction, "confirm_max": settings.confirm_max,
+                     "confirm_min": settings.confirm_min},
+    }

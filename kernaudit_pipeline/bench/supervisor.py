@@ -242,13 +242,16 @@ def _reference_row(plan: KernelPlan, shape_name: str, label: str, status: RunSta
         flops=sp.flops, bytes_moved=sp.bytes_moved, attempt=attempt)))
 
 
-def run_group(group: Group, sweep: Sweep, max_attempts: int = 8) -> None:
+def run_group(group: Group, sweep: Sweep, max_attempts: int = 8,
+              references_done: dict[str, dict[str, dict]] | None = None) -> None:
     """Sweep one kernel: the step in flight when a worker dies becomes a failure row, and a
-    new worker carries on after it."""
+    new worker carries on after it. ``references_done`` (shape -> reference label -> its row's
+    status, backend and message), updated in place, lets a later call on the same shapes (a
+    search's next batch) prepare the references without checking and timing them again."""
     plan = group.plan
     todo = [(s, c) for s in group.shapes for c in group.configs]
     todo_shapes = list(group.shapes)
-    refs_done: dict[str, dict[str, dict]] = {}
+    refs_done: dict[str, dict[str, dict]] = references_done if references_done is not None else {}
     failed_refs: dict[str, dict[str, str]] = {}
     attempt = 0
     last_failure = ""

@@ -18,6 +18,13 @@ no unmeasured config can plausibly beat the best measured one:
   the rest can either, and the search stops;
 - a budget (a share of the space, a count, GPU-seconds) caps the search whatever happens.
 
+Two rungs (successive halving with one cut): the walk down the predicted order can be measured
+with short, cheap screening timings, and then only the configs that could still be the best
+(their screening CIs reach the best's, capped at ``confirm_max``) are measured again at full
+precision; the pick is the best of those. Screening is where most of the walk's configs are
+measured, so it is where the GPU time goes; the confirmation keeps the pick as precise as an
+exhaustive sweep's.
+
 At the end, configs whose CIs overlap the best's are reported as tied: on the H200 the top
 configs are often within 2 % of each other, and calling a winner among them would be noise.
 
@@ -94,6 +101,11 @@ class SearchSettings:
     max_fraction: float = 1.0
     max_measurements: int | None = None
     max_gpu_seconds: float | None = None
+    # Second rung: how many screened configs may be re-measured at full precision (those whose
+    # CIs reach the best's, best first), and how many at least (the screened best and the next
+    # ones, whatever their CIs say: a short screening window can misorder close configs).
+    confirm_max: int = 6
+    confirm_min: int = 2
 
     def __post_init__(self) -> None:
         if not (self.stated_error >= 0 and math.isfinite(self.stated_error)):
@@ -102,12 +114,19 @@ class SearchSettings:
             raise ValueError("initial >= 1, batch >= 1, z >= 0 and 0 < max_fraction <= 1 are required")
         if self.prior_weight < 0 or not 0 <= self.tie_margin < 0.5:
             raise ValueError("prior_weight >= 0 and 0 <= tie_margin < 0.5 are required")
+        if not 0 <= self.confirm_min <= self.confirm_max:
+            raise ValueError("0 <= confirm_min <= confirm_max is required")
 
 
 @dataclass
 class SearchResult:
+    """``measured``: the walk down the predicted order (screening precision when there are two
+    rungs); ``confirmed``: the second rung's full-precision measurements, from which the best
+    and its ties are then named."""
+
     candidates: int
     measured: list[Observation] = field(default_factory=list)
+    confirmed: list[Observation] = field(default_factory=list)
     stop_reason: StopReason = StopReason.EXHAUSTED
     best: Observation | None = None
     tied: list[str] = field(default_factory=list)
@@ -118,7 +137,7 @@ class SearchResult:
 
     @property
     def gpu_seconds(self) -> float:
-        return sum(o.gpu_seconds for o in self.measured)
+        return sum(o.gpu_seconds for o in self.measured) + sum(o.gpu_seconds for o in self.confirmed)
 
     @property
     def fraction_measured(self) -> float:
@@ -199,9 +218,39 @@ def search_batched(candidates: Sequence[Candidate],
     return conclude(result)
 
 
+def to_confirm(result: SearchResult, settings: SearchSettings) -> list[str]:
+    """The walk's configs worth a full-precision measurement, best first: every one whose CI
+    reaches the best's upper end (plus the tie margin), at least ``confirm_min`` and at most
+    ``confirm_max`` of them."""
+    ok = sorted((o for o in result.measured if o.ok), key=lambda o: o.value)
+    if not ok or settings.confirm_max == 0:
+        return []
+    reach = ok[0].ci_high * (1.0 + settings.tie_margin)
+    contenders = [o for o in ok if o.ci_low <= reach]
+    keep = max(len(contenders), settings.confirm_min)
+    return [o.config_id for o in ok[:min(keep, settings.confirm_max)]]
+
+
+def search_two_rungs(candidates: Sequence[Candidate],
+                     screen: Callable[[list[str]], list[Observation]],
+                     confirm: Callable[[list[str]], list[Observation]],
+                     settings: SearchSettings) -> SearchResult:
+    """The walk of :func:`search_batched` with ``screen`` (short timings), then the configs
+    :func:`to_confirm` names measured again with ``confirm`` (full precision), in one call."""
+    result = search_batched(candidates, screen, settings)
+    ids = to_confirm(result, settings)
+    if ids:
+        observations = confirm(ids)
+        if len(observations) != len(ids):
+            raise ValueError(f"confirm returned {len(observations)} observations for {len(ids)} configs")
+        result.confirmed = list(observations)
+    return conclude(result)
+
+
 def conclude(result: SearchResult) -> SearchResult:
-    """Name the best of what was measured, and the configs whose CIs overlap its own (ties)."""
-    ok = [o for o in result.measured if o.ok]
+    """Name the best of what was measured (of the confirmed configs when there are any that
+    measured correctly), and the configs whose CIs overlap its own (ties)."""
+    ok = [o for o in result.confirmed if o.ok] or [o for o in result.measured if o.ok]
     if not ok:
         return result
     result.best = min(ok, key=lambda o: o.value)

@@ -42,26 +42,57 @@ def _search(tmp: Path, ranking: Path, *extra: str) -> tuple[subprocess.Completed
     return proc, rows, summaries
 
 
+def _gpu_s(rows: list[dict]) -> float:
+    return sum((r.get("check_s") or 0) + (r.get("timing_s") or 0) for r in rows
+               if r["record_type"] in ("run", "baseline"))
+
+
 def test_a_right_ranking_stops_after_the_first_batch(tmp_path):
-    proc, rows, (s,) = _search(tmp_path, _ranking(tmp_path / "r.json", "right"))
+    """One rung: every config of the walk measured at full precision, every row written."""
+    proc, rows, (s,) = _search(tmp_path, _ranking(tmp_path / "r.json", "right"), "--search-screen-time-s", "0")
     assert proc.returncode == 0, proc.stderr
     assert s["best_config_id"] == "BN64_WORK1_s1_w4" and s["stop_reason"] == "NO_PLAUSIBLE_WINNER"
-    assert s["measured"] == 4 and s["candidates"] == 24
+    assert s["measured"] == 4 and s["candidates"] == 24 and s["confirmed_config_ids"] == []
     runs = [r for r in rows if r["record_type"] == "run"]
     assert sorted(r["config_id"] for r in runs) == sorted(s["measured_config_ids"])
     assert all(r["speedup"] > 0 and r["speedup_ci_low"] <= r["speedup"] <= r["speedup_ci_high"] for r in runs)
     # the GPU-seconds are the rows' own checks and timing loops, the reference's included
-    assert s["gpu_seconds"] == pytest.approx(sum((r.get("check_s") or 0) + (r.get("timing_s") or 0)
-                                                 for r in rows if r["record_type"] in ("run", "baseline")))
+    assert s["gpu_seconds"] == pytest.approx(_gpu_s(rows)) and s["gpu_seconds_confirm"] == 0
     assert rows[-1]["record_type"] == "summary"
+
+
+def test_two_rungs_screen_the_walk_and_confirm_the_contenders(tmp_path):
+    """The walk measured with short timings, then the screened best and its contenders again
+    at full precision: --out keeps one row per config (the confirmed one where there is one),
+    and the GPU-seconds count both rungs, the replaced screening rows included."""
+    proc, rows, (s,) = _search(tmp_path, _ranking(tmp_path / "r.json", "right"), "--search-screen-time-s", "0.002")
+    assert proc.returncode == 0, proc.stderr
+    assert s["stop_reason"] == "NO_PLAUSIBLE_WINNER" and s["measured"] == 4
+    confirmed = s["confirmed_config_ids"]
+    assert 2 <= len(confirmed) <= 6 and confirmed[0] == "BN64_WORK1_s1_w4" == s["best_config_id"]
+    assert set(confirmed) <= set(s["measured_config_ids"])
+    runs = {r["config_id"]: r for r in rows if r["record_type"] == "run"}
+    assert sorted(runs) == sorted(s["measured_config_ids"])  # no config written twice
+    for cid, r in runs.items():
+        screened_only = "screening rung" in (r.get("run_message") or "")
+        assert screened_only == (cid not in confirmed)
+        assert r["timing_blocks"] <= (6 if screened_only else 40)
+    # the screening rung is shorter per config than the full-precision one
+    assert s["screen_options"]["min_time_s"] == 0.002 and s["screen_options"]["min_blocks"] == 3
+    assert s["gpu_seconds"] == pytest.approx(s["gpu_seconds_screen"] + s["gpu_seconds_confirm"])
+    assert s["gpu_seconds"] > _gpu_s(rows)  # the confirmed configs' screening rows cost GPU time too
+    assert rows[-1]["search_gpu_busy_s_all_rungs"] == pytest.approx(s["gpu_seconds"])
+    # the reference is checked and timed once for the shape, by the first batch
+    assert sum(r["record_type"] == "baseline" for r in rows) == 1
 
 
 def test_a_wrong_ranking_measures_batch_after_batch_within_its_budget(tmp_path):
     proc, rows, (s,) = _search(tmp_path, _ranking(tmp_path / "w.json", "wrong"), "--search-max-fraction", "0.5")
     assert proc.returncode == 0, proc.stderr
     assert s["stop_reason"] == "BUDGET" and s["measured"] == 12
-    # three worker runs, one reference row each, no row written twice
-    assert sum(r["record_type"] == "baseline" for r in rows) == 3
+    # three screening worker runs and a confirming one; the reference checked once, no config
+    # written twice
+    assert sum(r["record_type"] == "baseline" for r in rows) == 1
     ids = [r["config_id"] for r in rows if r["record_type"] == "run"]
     assert len(ids) == len(set(ids)) == 12
     # the pick is the fastest of the half it was allowed (the reversed ranking's WORK 24..13)
@@ -87,6 +118,8 @@ def test_a_broken_ranking_is_one_line_exit_2(tmp_path, content, needle):
 @pytest.mark.parametrize("extra, needle", [
     (["--search-initial", "0"], "--search-initial and --search-batch must be at least 1"),
     (["--search-max-fraction", "1.5"], "--search-max-fraction must be in (0, 1]"),
+    (["--search-confirm", "-1"], "--search-confirm and --search-screen-time-s must be at least 0"),
+    (["--search-screen-time-s", "nan"], "--search-confirm and --search-screen-time-s must be at least 0"),
 ])
 def test_bad_search_options_are_one_line_exit_2(tmp_path, extra, needle):
     proc, _, _ = _search(tmp_path, _ranking(tmp_path / "r.json", "right"), *extra)
@@ -94,14 +127,16 @@ def test_bad_search_options_are_one_line_exit_2(tmp_path, extra, needle):
     assert len(proc.stderr.strip().splitlines()) == 1
 
 
-def test_the_deadline_ends_the_search_with_what_it_has(tmp_path):
-    """24 configs, each timed to the 40-block cap, and a worker start-up per batch of 4 do not
-    fit in 12 s (the workers are told to wrap up 6 s before it); a stated error of 500 % keeps
-    the stop rule from ending the search first. Configs the deadline kept from running are not
-    counted as measured, so the search ends as DEADLINE, never as EXHAUSTED."""
+@pytest.mark.parametrize("screen", ["0", "1.0"])
+def test_the_deadline_ends_the_search_with_what_it_has(tmp_path, screen):
+    """24 configs, each timed for at least a second (at full precision, or by a screening rung
+    as long), and a worker start-up per batch of 4 do not fit in 12 s (the workers are told to
+    wrap up 6 s before it); a stated error of 500 % keeps the stop rule from ending the search
+    first. Configs the deadline kept from running are not counted as measured, so the search
+    ends as DEADLINE, never as EXHAUSTED."""
     proc, rows, summaries = _search(tmp_path, _ranking(tmp_path / "w.json", "wrong"), "--deadline-s", "12",
                                     "--min-time-s", "1.0", "--max-seconds-per-config", "2.0",
-                                    "--search-stated-error", "5")
+                                    "--search-stated-error", "5", "--search-screen-time-s", screen)
     assert proc.returncode == 0, proc.stderr
     (s,) = summaries
     assert s["stop_reason"] == "DEADLINE" and s["measured"] < 24

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from kernaudit_pipeline.rank.search import (
-    Candidate, Observation, SearchSettings, StopReason, observation_from_row, replay, search,
-    search_batched,
+    Candidate, Observation, SearchResult, SearchSettings, StopReason, observation_from_row, replay,
+    search, search_batched, search_two_rungs, to_confirm,
 )
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -118,7 +118,8 @@ def test_ties_are_reported_not_broken():
 
 def test_bad_settings_are_refused():
     for kwargs in ({"stated_error": -0.1}, {"stated_error": math.nan}, {"stated_error": 0.1, "initial": 0},
-                   {"stated_error": 0.1, "max_fraction": 0.0}):
+                   {"stated_error": 0.1, "max_fraction": 0.0},
+                   {"stated_error": 0.1, "confirm_min": 3, "confirm_max": 2}):
         with pytest.raises(ValueError):
             SearchSettings(**kwargs)
 
@@ -179,3 +180,40 @@ def test_batches_are_measured_together_and_still_stop_in_order():
     assert calls == [f"c{i:02d}" for i in range(13)] and res.best.config_id == "c00"
     with pytest.raises(ValueError, match="observations"):
         search_batched(ranking, lambda ids: [], SearchSettings(stated_error=0.1))
+
+
+def test_contenders_are_those_whose_screening_ci_reaches_the_best():
+    obs = [Observation("a", 1.00, 0.95, 1.05, 0.1), Observation("b", 1.04, 0.99, 1.09, 0.1),
+           Observation("c", 1.10, 1.07, 1.14, 0.1), Observation("d", 1.08, 1.055, 1.105, 0.1),
+           Observation.failed("e", 0.1, "FAILED_CORRECTNESS")]
+    res = SearchResult(candidates=5, measured=obs)
+    # b reaches a's upper end; d does within the 1 % tie margin (1.055 <= 1.05 * 1.01); c does not
+    assert to_confirm(res, SearchSettings(stated_error=0.1, confirm_min=1)) == ["a", "b", "d"]
+    assert to_confirm(res, SearchSettings(stated_error=0.1, confirm_min=1, confirm_max=2)) == ["a", "b"]
+    # at least confirm_min, whatever the CIs say (a short window can misorder close configs)
+    tight = SearchResult(candidates=3, measured=[Observation("a", 1.0, 0.999, 1.001, 0.1),
+                                                  Observation("b", 1.2, 1.19, 1.21, 0.1),
+                                                  Observation("c", 1.3, 1.29, 1.31, 0.1)])
+    assert to_confirm(tight, SearchSettings(stated_error=0.1, confirm_min=2)) == ["a", "b"]
+    assert to_confirm(tight, SearchSettings(stated_error=0.1, confirm_min=0, confirm_max=0)) == []
+
+
+def test_two_rungs_pick_from_the_confirmation_not_the_screen():
+    """The screening rung misorders two close configs (noise); the confirming rung measures
+    both at full precision and the pick follows it. GPU-seconds count both rungs."""
+    truth = {"a": 100.0, "b": 99.0, **{f"z{i}": 130.0 + i for i in range(20)}}
+    screened = {**truth, "a": 97.0}  # a short window flattered a
+    ranking = [Candidate(k, v) for k, v in sorted(truth.items(), key=lambda kv: kv[1])]
+    screen, screen_calls = _truth(screened, ci=0.03, seconds=0.1)
+    confirm, confirm_calls = _truth(truth, ci=0.003, seconds=1.0)
+    res = search_two_rungs(ranking, lambda ids: [screen(i) for i in ids], lambda ids: [confirm(i) for i in ids],
+                           SearchSettings(stated_error=0.05, initial=2, batch=2, prior_weight=1e12))
+    assert res.stop_reason is StopReason.NO_PLAUSIBLE_WINNER and len(screen_calls) < len(truth)
+    assert confirm_calls[:2] == ["a", "b"] and res.best.config_id == "b"
+    assert res.gpu_seconds == pytest.approx(0.1 * len(screen_calls) + 1.0 * len(confirm_calls))
+    # with the second rung off, the walk's own best is the pick
+    screen, _ = _truth(screened, ci=0.03, seconds=0.1)
+    one = search_two_rungs(ranking, lambda ids: [screen(i) for i in ids], lambda ids: pytest.fail("no confirm"),
+                           SearchSettings(stated_error=0.05, initial=2, batch=2, prior_weight=1e12,
+                                          confirm_min=0, confirm_max=0))
+    assert one.best.config_id == "a" and one.confirmed == []
