@@ -100,6 +100,12 @@ for path in sys.argv[1:]:
             by[r.get("shape_name")] += row_gpu_seconds(r)
             status[f"{r.get('record_type')}:{r.get('run_status')}"] += 1
     print(path.rsplit("/", 1)[-1], {k: round(v, 1) for k, v in by.items()}, "total", round(sum(by.values()), 1), dict(status))
+try:  # the search's own count: both rungs, the screening rows its --out replaced included
+    for s in json.load(open(sys.argv[2].replace("swiglu_search.jsonl", "swiglu_search_summary.json"))):
+        print("search summary", s["shape_name"], f"{s['measured']}/{s['candidates']} measured,",
+              len(s.get("confirmed_config_ids") or []), "confirmed,", round(s["gpu_seconds"], 2), "GPU-s")
+except (OSError, ValueError, KeyError) as exc:
+    print("no search summary:", type(exc).__name__)
 EOF
 for f in "$OUT/swiglu_exhaustive.jsonl" "$OUT/swiglu_search.jsonl"; do
   if [[ -f "$f" ]] && (( $(stat -c %s "$f") > 16000000 )); then gzip -9 -f "$f" && echo "gzipped $f"; fi

@@ -131,12 +131,17 @@ def _live_search(summary_path: Path, search_jsonl: Path, exhaustive: list[Path])
         mine = [r for r in search_rows if r.get("kernel_name") == k and r.get("shape_name") == shape
                 and r.get("record_type") in ("run", "baseline")]
         ex_s = sum(row_gpu_seconds(r) for r in ex)
-        se_s = sum(row_gpu_seconds(r) for r in mine)
+        # a two-rung search's --out keeps one row per config; its summary counts every row
+        # either rung wrote (the screening rows of the confirmed configs too)
+        se_s = float(s["gpu_seconds"]) if isinstance(s.get("gpu_seconds"), (int, float)) \
+            else sum(row_gpu_seconds(r) for r in mine)
         spent, total = spent + se_s, total + ex_s
         best = min((_value(r) for r in timed.values()), default=math.inf)
         pick = s.get("best_config_id")
         ratio = _value(timed[pick]) / best if pick in timed else math.nan
-        lines.append(f"| {k} | {shape} | {s['measured']} / {s['candidates']} | `{pick}` | {_fmt(ratio)}× | "
+        confirmed = len(s.get("confirmed_config_ids") or [])
+        lines.append(f"| {k} | {shape} | {s['measured']} / {s['candidates']}"
+                     + (f" ({confirmed} confirmed)" if confirmed else "") + f" | `{pick}` | {_fmt(ratio)}× | "
                      f"{_fmt(s.get('best_speedup') or math.nan)}× | {se_s:.1f} / {ex_s:.1f} "
                      f"({100 * se_s / max(ex_s, 1e-9):.0f} %) | {s['stop_reason'].lower()} |")
     lines += ["", f"All shapes: {spent:.1f} of {total:.1f} GPU-s ({100 * spent / max(total, 1e-9):.0f} %)."]
