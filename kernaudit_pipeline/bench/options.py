@@ -68,9 +68,10 @@ SCREEN_TIME_S = 0.01
 
 def screening(options: BenchOptions, time_s: float = SCREEN_TIME_S) -> BenchOptions:
     """``options`` cut to a screening measurement: about ``time_s`` of paired GPU time in 3 to 6
-    short blocks of as few as 2 pairs, a looser precision target, no other references. Its CI
-    is wide but honest (the same block statistics), which is what the walk's stop rule and the
-    choice of contenders read."""
+    short blocks of as few as 2 pairs (the block cap, not a time cap, bounds it: the unpaired
+    rule that times the reference's own row keeps the sweep's settings), a looser precision
+    target, no other references. Its CI is wide but honest (the same block statistics), which
+    is what the walk's stop rule and the choice of contenders read."""
     return replace(options, min_time_s=time_s, min_blocks=3, max_blocks=6, min_pairs=2,
-                   block_s=min(options.block_s, time_s / 2), max_seconds_per_config=4 * time_s,
+                   block_s=min(options.block_s, time_s / 2),
                    speedup_rsd_target=max(options.speedup_rsd_target, 0.01), references_top_k=0)

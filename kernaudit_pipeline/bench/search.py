@@ -258,7 +258,7 @@ def _summary(kernel: str, shape: str, result: SearchResult, stop_name: str, stop
         "screen_time_s": screen_s,
         "screen_options": ({k: getattr(rung_options["screen"], k) for k in
                             ("min_time_s", "min_blocks", "max_blocks", "min_pairs", "block_s",
-                             "max_seconds_per_config", "speedup_rsd_target")} if screen_s > 0 else None),
+                             "speedup_rsd_target")} if screen_s > 0 else None),
         "settings": {"initial": settings.initial, "batch": settings.batch, "z": settings.z,
                      "prior_weight": settings.prior_weight, "tie_margin": settings.tie_margin,
                      "max_fraction": settings.max_fraction, "confirm_max": settings.confirm_max,
