@@ -1,0 +1,79 @@
+"""The committed H100 records of 2026-12-05 (issue 9's cross-check, issue 15's held-out search)
+read back the way docs/benchmarks.md reports them: the scripts and modules that produced the
+figures, run on the recorded files, give the same figures (nothing here needs a GPU)."""
+
+from __future__ import annotations
+
+import gzip
+import importlib.util
+import json
+import shutil
+import statistics
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+RANK = REPO / "samples" / "rank"
+CROSSCHECK = REPO / "samples" / "h100" / "crosscheck_2026-12-05.json"
+STEM = "swiglu_h100_{}_m16_m1024_2026-12-05"
+
+
+def _rank_validate():
+    spec = importlib.util.spec_from_file_location("rank_validate", REPO / "scripts" / "rank_validate.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _unpack(name: str, tmp: Path) -> Path:
+    out = tmp / name.removesuffix(".gz")
+    with gzip.open(RANK / name, "rb") as src, out.open("wb") as dst:
+        shutil.copyfileobj(src, dst)
+    return out
+
+
+def test_the_live_search_table_reads_the_two_rung_summary(tmp_path):
+    rv = _rank_validate()
+    exhaustive = _unpack(STEM.format("exhaustive") + ".jsonl.gz", tmp_path)
+    search = _unpack(STEM.format("search") + ".jsonl.gz", tmp_path)
+    lines = rv._live_search(RANK / (STEM.format("search") + ".summary.json"), search, [exhaustive])
+    rows = {line.split(" | ")[1]: line for line in lines if line.startswith("| swiglu_gemm")}
+    assert set(rows) == {"llama3_8b_gate_up_m16", "llama3_8b_gate_up_m1024"}
+    # the summary's GPU-seconds (both rungs) against the exhaustive sweep's checks + timing
+    assert "6.4 / 30.4 (21 %)" in rows["llama3_8b_gate_up_m16"]
+    assert "4.3 / 38.1 (11 %)" in rows["llama3_8b_gate_up_m1024"]
+    assert "(6 confirmed)" in rows["llama3_8b_gate_up_m16"] and "(2 confirmed)" in rows["llama3_8b_gate_up_m1024"]
+    # the pick's paired value in the exhaustive run over that run's best
+    assert "`BK32_BM128_BN128_GM8_s5_w8` | 1.000×" in rows["llama3_8b_gate_up_m1024"]
+    assert "`BK64_BM16_BN128_GM1_s3_w4` | 1.000×" in rows["llama3_8b_gate_up_m16"]
+    assert lines[-1] == "All shapes: 10.7 of 68.5 GPU-s (16 %)."
+
+
+def test_the_search_out_file_keeps_one_row_per_measured_config():
+    summary = json.loads((RANK / (STEM.format("search") + ".summary.json")).read_text())
+    with gzip.open(RANK / (STEM.format("search") + ".jsonl.gz"), "rt") as fh:
+        rows = [json.loads(line) for line in fh if line.strip()]
+    for s in summary:
+        mine = [r for r in rows if r["record_type"] == "run" and r["shape_name"] == s["shape_name"]]
+        ids = [r["config_id"] for r in mine]
+        assert len(ids) == len(set(ids)) == s["measured"]
+        assert set(ids) == set(s["measured_config_ids"])
+        confirmed = set(s["confirmed_config_ids"])
+        screening = {r["config_id"] for r in mine if "screening rung" in (r.get("run_message") or "")}
+        assert not confirmed & screening and len(confirmed | screening) == len(ids)
+        assert s["best_config_id"] in confirmed
+        assert abs(s["gpu_seconds"] - s["gpu_seconds_screen"] - s["gpu_seconds_confirm"]) < 0.05
+
+
+def test_the_crosscheck_verdicts_follow_from_their_recorded_rounds():
+    doc = json.loads(CROSSCHECK.read_text())
+    assert doc["device_name"].startswith("NVIDIA H100")
+    assert len(doc["targets"]) == 5
+    for t in doc["targets"]:
+        judged = t["dobench"]["graph_short"]
+        assert len(judged["ratios"]) == judged["rounds"] == 31
+        assert abs(statistics.median(judged["ratios"]) - t["dobench_speedup"]) < 1e-9
+        diff = t["dobench_speedup"] / t["runner_speedup"] - 1.0
+        assert abs(diff - t["difference"]) < 1e-9
+        assert t["agrees_within_2pct"] == (abs(diff) <= 0.02)
+        assert t["runner_ci_low"] <= t["runner_speedup"] <= t["runner_ci_high"]
+    assert max(abs(t["difference"]) for t in doc["targets"]) < 0.013
