@@ -7,6 +7,9 @@
 #
 #   bash scripts/gpu_rank.sh                  # ends inside BUDGET_S (default 530 s)
 #
+# KERNEL=rmsnorm_gemm runs the second held-out kernel the same way (its ranking:
+# samples/rank/rmsnorm_gemm.ranking.json); the files below are then named rmsnorm_* (TAG).
+#
 # Writes under $OUT (default ./gpu_out), at most 4 files:
 #   gpu_rank_log.txt            everything printed, with the host and versions
 #   swiglu_exhaustive.jsonl     runner rows of the exhaustive sweep (.gz if over 16 MB)
@@ -32,6 +35,7 @@ PY="${PYTHON:-python3}"
 BUDGET_S="${BUDGET_S:-530}"
 JOBS="${JOBS:-16}"
 KERNEL="${KERNEL:-swiglu_gemm}"
+TAG="${TAG:-${KERNEL%_gemm}}"                 # output file prefix: swiglu_, rmsnorm_, ...
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 KERNELS_DIR="${KERNELS_DIR:-$ROOT/kernels}"
 RANKING="${RANKING:-$ROOT/samples/rank/${KERNEL}.ranking.json}"
@@ -66,7 +70,7 @@ fi
 if [[ " $STEPS " == *" exhaustive "* ]]; then
   echo "== exhaustive paired sweep (left $(left) s)"
   t0=$(date +%s)
-  "$PY" -m kernaudit_pipeline.bench.runner "${COMMON[@]}" --out "$OUT/swiglu_exhaustive.jsonl" \
+  "$PY" -m kernaudit_pipeline.bench.runner "${COMMON[@]}" --out "$OUT/${TAG}_exhaustive.jsonl" \
     --precompile-s 150 --deadline-s "$(budget 400 "$SEARCH_RESERVE_S")"
   echo "exhaustive exit $?, $(( $(date +%s) - t0 )) s wall"
   PRECOMPILE_SEARCH=0   # Triton's cache is warm
@@ -77,13 +81,13 @@ if [[ " $STEPS " == *" search "* ]]; then
   t0=$(date +%s)
   read -r -a search_extra <<< "$SEARCH_ARGS"
   "$PY" -m kernaudit_pipeline.bench.runner "${COMMON[@]}" --search --ranking "$RANKING" "${search_extra[@]}" \
-    --out "$OUT/swiglu_search.jsonl" --search-summary "$OUT/swiglu_search_summary.json" \
+    --out "$OUT/${TAG}_search.jsonl" --search-summary "$OUT/${TAG}_search_summary.json" \
     --precompile-s "${PRECOMPILE_SEARCH:-100}" --deadline-s "$(budget 400 5)"
   echo "search exit $?, $(( $(date +%s) - t0 )) s wall"
 fi
 
 echo "== GPU-seconds (checks + timing loops of every row)"
-"$PY" - "$OUT/swiglu_exhaustive.jsonl" "$OUT/swiglu_search.jsonl" <<'EOF'
+"$PY" - "$OUT/${TAG}_exhaustive.jsonl" "$OUT/${TAG}_search.jsonl" <<'EOF'
 import json, sys
 from collections import defaultdict
 from kernaudit_pipeline.rank.search import row_gpu_seconds
@@ -101,13 +105,13 @@ for path in sys.argv[1:]:
             status[f"{r.get('record_type')}:{r.get('run_status')}"] += 1
     print(path.rsplit("/", 1)[-1], {k: round(v, 1) for k, v in by.items()}, "total", round(sum(by.values()), 1), dict(status))
 try:  # the search's own count: both rungs, the screening rows its --out replaced included
-    for s in json.load(open(sys.argv[2].replace("swiglu_search.jsonl", "swiglu_search_summary.json"))):
+    for s in json.load(open(sys.argv[2].replace("_search.jsonl", "_search_summary.json"))):
         print("search summary", s["shape_name"], f"{s['measured']}/{s['candidates']} measured,",
               len(s.get("confirmed_config_ids") or []), "confirmed,", round(s["gpu_seconds"], 2), "GPU-s")
 except (OSError, ValueError, KeyError) as exc:
     print("no search summary:", type(exc).__name__)
 EOF
-for f in "$OUT/swiglu_exhaustive.jsonl" "$OUT/swiglu_search.jsonl"; do
+for f in "$OUT/${TAG}_exhaustive.jsonl" "$OUT/${TAG}_search.jsonl"; do
   if [[ -f "$f" ]] && (( $(stat -c %s "$f") > 16000000 )); then gzip -9 -f "$f" && echo "gzipped $f"; fi
 done
 echo "== done in $(( $(date +%s) - START )) s; files:"

@@ -7,8 +7,8 @@ compare the pick with the exhaustive best of each measured shape.
     PYTHONPATH=. .venv/bin/python scripts/rank_validate.py --sweeps a.jsonl b.jsonl \\
         --held-out swiglu_gemm --write-calibration
 
-The held-out kernel(s) (``--held-out``, default swiglu_gemm) are never fitted on: when a sweep of
-one exists, it is scored with the calibration fitted on all the others. ``--write-calibration``
+The held-out kernels (``--held-out``, default swiglu_gemm and rmsnorm_gemm) are never fitted
+on: when a sweep of one exists, it is scored with the calibration fitted on all the others. ``--write-calibration``
 rewrites ``kernaudit_pipeline/rank/calibration.json`` (fitted on every non-held-out kernel,
 stated error = the worst LOKO within-shape error). Prints a Markdown report (``--out`` to also
 write it to a file). Needs the CPU static audit (cached under the data folder).
@@ -154,7 +154,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="runner JSONL files to calibrate and score on")
     parser.add_argument("--kernels", nargs="+", default=CALIBRATION_KERNELS,
                         help="kernels/ stems to calibrate on (leave-one-kernel-out over these)")
-    parser.add_argument("--held-out", nargs="*", default=["swiglu_gemm"],
+    parser.add_argument("--held-out", nargs="*", default=["swiglu_gemm", "rmsnorm_gemm"],
                         help="kernels never fitted on; scored when a sweep of them is given")
     parser.add_argument("--write-calibration", action="store_true",
                         help="rewrite kernaudit_pipeline/rank/calibration.json")

@@ -30,7 +30,7 @@ from kernaudit_pipeline.kernel_spec import (
     specialize,
 )
 
-KERNELS = ["gemm", "fp8_gemm", "flash_attention", "paged_decode_attention", "swiglu_gemm"]
+KERNELS = ["gemm", "fp8_gemm", "flash_attention", "paged_decode_attention", "swiglu_gemm", "rmsnorm_gemm"]
 REQUIRED = ("NAME", "KERNEL", "DTYPE", "BASELINE_NAME", "CONFIGS", "SHAPES", "TOLERANCE",
             "make_inputs", "launch", "baseline", "reference", "flops", "bytes_moved",
             "compile_args", "grid")
@@ -47,10 +47,11 @@ SMALL_SHAPES = {
     "paged_decode_attention": Shape("small", {"B": 3, "H": 4, "KV_H": 2, "D": 64, "PAGE_SIZE": 16,
                                               "CTX_MIN": 5, "CTX_MAX": 70}),
     "swiglu_gemm": Shape("small", {"M": 48, "N": 72, "K": 80}),
+    "rmsnorm_gemm": Shape("small", {"M": 48, "N": 72, "K": 80}),
 }
-# Config-space sizes: moderate for the audited kernels; the held-out kernel of the cost model
-# (issue 15) carries a tuning-scale space of >= 300 configs, as a vLLM tuner would sweep.
-SPACE_SIZE = {"swiglu_gemm": (300, 450)}
+# Config-space sizes: moderate for the audited kernels; the held-out kernels of the cost model
+# (issue 15) carry a tuning-scale space of >= 300 configs, as a vLLM tuner would sweep.
+SPACE_SIZE = {"swiglu_gemm": (300, 450), "rmsnorm_gemm": (300, 450)}
 
 
 def _mod(name: str):
@@ -63,7 +64,7 @@ def test_every_kernel_file_is_covered() -> None:
 
 def test_heldout_kernels_stay_out_of_the_default_audit_but_load_by_name() -> None:
     default = {p.stem for p in kernel_files()}
-    assert "swiglu_gemm" not in default and {"gemm", "fp8_gemm"} <= default
+    assert not {"swiglu_gemm", "rmsnorm_gemm"} & default and {"gemm", "fp8_gemm"} <= default
     mod = load_kernel_module("swiglu_gemm")
     assert Path(mod.__file__).parent.name == "heldout" and mod.NAME == "swiglu_gemm"
 
@@ -247,6 +248,8 @@ CLEAN = {
                                "num_warps": 4, "num_stages": 5},
     "swiglu_gemm": {"BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 32, "GROUP_M": 8,
                     "num_warps": 4, "num_stages": 3},
+    "rmsnorm_gemm": {"BLOCK_M": 64, "BLOCK_N": 128, "BLOCK_K": 64, "GROUP_M": 8,
+                     "num_warps": 4, "num_stages": 3},
 }
 
 

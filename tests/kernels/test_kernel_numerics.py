@@ -98,6 +98,18 @@ CASES["swiglu_gemm"] = [
                 "num_warps": 4, "num_stages": 2}, "dtype": "float16"},
 ]
 
+CASES["rmsnorm_gemm"] = [
+    {"id": "rmsnorm_64x64x64", "dims": {"M": 64, "N": 64, "K": 64},
+     "config": _GEMM_CFG, "dtype": "float16"},
+    # ragged M and N, and a K tail: the masked x and g columns must add nothing to the norm's
+    # sum of squares, and the mean still divides by the real K
+    {"id": "rmsnorm_ragged_50x72x80", "dims": {"M": 50, "N": 72, "K": 80},
+     "config": _GEMM_CFG, "dtype": "float16"},
+    {"id": "rmsnorm_decode_16x96x160", "dims": {"M": 16, "N": 96, "K": 160},
+     "config": {"BLOCK_M": 16, "BLOCK_N": 32, "BLOCK_K": 64, "GROUP_M": 1,
+                "num_warps": 2, "num_stages": 2}, "dtype": "float16"},
+]
+
 SEED = random.SystemRandom().randrange(2**31)
 
 
