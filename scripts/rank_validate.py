@@ -8,10 +8,11 @@ compare the pick with the exhaustive best of each measured shape.
         --held-out swiglu_gemm --write-calibration
 
 The held-out kernels (``--held-out``, default swiglu_gemm and rmsnorm_gemm) are never fitted
-on: when a sweep of one exists, it is scored with the calibration fitted on all the others. ``--write-calibration``
-rewrites ``kernaudit_pipeline/rank/calibration.json`` (fitted on every non-held-out kernel,
-stated error = the worst LOKO within-shape error). Prints a Markdown report (``--out`` to also
-write it to a file). Needs the CPU static audit (cached under the data folder).
+on: when a sweep of one exists, it is scored with the calibration fitted on all the others.
+``--write-calibration`` rewrites ``kernaudit_pipeline/rank/calibration.json`` (fitted on every
+non-held-out kernel, stated error = the worst LOKO within-shape error). Prints a Markdown
+report (``--out`` to also write it to a file). Needs the CPU static audit (cached under the data
+folder).
 """
 
 from __future__ import annotations
