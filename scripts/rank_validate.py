@@ -110,16 +110,18 @@ def _value(row: dict) -> float:
     return 1.0 / sp if isinstance(sp, (int, float)) and sp > 0 else float(row.get("latency_us") or math.inf)
 
 
-def _live_search(summary_path: Path, search_jsonl: Path, exhaustive: list[Path]) -> list[str]:
+def _live_search(summary_paths: list[Path], search_jsonls: list[Path], exhaustive: list[Path]) -> list[str]:
     """``kernaudit bench --search`` on the GPU against the exhaustive sweep of the same space:
     the pick's value in the exhaustive sweep over that sweep's best (one run, so one clock),
-    and the GPU-seconds (checks + timing loops of every row, references included) of each."""
+    and the GPU-seconds (checks + timing loops of every row, references included) of each.
+    Several searches (one device call each, say) are read together: rows are matched to a
+    summary by kernel and shape."""
     import json
 
     from kernaudit_pipeline.rank.search import row_gpu_seconds
 
-    summaries = json.loads(summary_path.read_text())
-    search_rows = [json.loads(line) for line in search_jsonl.read_text().splitlines() if line.strip()]
+    summaries = [s for p in summary_paths for s in json.loads(p.read_text())]
+    search_rows = [json.loads(line) for p in search_jsonls for line in p.read_text().splitlines() if line.strip()]
     full = [json.loads(line) for p in exhaustive for line in p.read_text().splitlines() if line.strip()]
     lines = ["| kernel | shape | measured / candidates | pick | pick in the exhaustive sweep / its best | "
              "pick's own paired speedup | GPU-s search / exhaustive | stop |", "|---|---|---|---|---|---|---|---|"]
@@ -161,17 +163,16 @@ def main(argv: list[str] | None = None) -> int:
                         help="rewrite kernaudit_pipeline/rank/calibration.json")
     parser.add_argument("--out", type=Path, default=None, help="also write the report here")
     parser.add_argument("--jobs", type=int, default=None, help="parallel compile workers")
-    parser.add_argument("--search-summary", type=Path, default=None,
-                        help="the --search-summary JSON of a kernaudit bench --search run, to compare "
-                             "with the exhaustive sweep(s) of the held-out kernel in --sweeps")
-    parser.add_argument("--search-run", type=Path, default=None,
-                        help="the JSONL that kernaudit bench --search wrote (with --search-summary)")
+    parser.add_argument("--search-summary", nargs="+", type=Path, default=[],
+                        help="the --search-summary JSON of kernaudit bench --search runs, to compare "
+                             "with the exhaustive sweep(s) of the held-out kernels in --sweeps")
+    parser.add_argument("--search-run", nargs="+", type=Path, default=[],
+                        help="the JSONL files those kernaudit bench --search runs wrote (with --search-summary)")
     args = parser.parse_args(argv)
     import tempfile
     scratch = tempfile.TemporaryDirectory(prefix="rank-validate-")
     args.sweeps = [_plain(p, Path(scratch.name)) for p in args.sweeps]
-    if args.search_run:
-        args.search_run = _plain(args.search_run, Path(scratch.name))
+    args.search_run = [_plain(p, Path(scratch.name)) for p in args.search_run]
 
     from kernaudit_pipeline.rank import fit
     from kernaudit_pipeline.rank.model import CALIBRATION_FILE
