@@ -1,4 +1,4 @@
-"""The committed H100 records of 2026-12-05 (issue 9's cross-check, issue 15's held-out search)
+"""The committed H100 records of 2026-12-05 and 12-06 (issue 9's cross-check, issue 15's held-out searches)
 read back the way docs/benchmarks.md reports them: the scripts and modules that produced the
 figures, run on the recorded files, give the same figures (nothing here needs a GPU)."""
 
