@@ -234,8 +234,8 @@ def parse_res_usage(text: str) -> dict[str, CubinUsage]:
     return out
 
 
-def cubin_res_usage(cubin: bytes | Path, *, timeout_s: float = TOOL_TIMEOUT_S) -> dict[str, CubinUsage]:
-    """``cuobjdump -res-usage`` on a cubin (its bytes, or a file)."""
+def _cuobjdump(cubin: bytes | Path, flag: str, timeout_s: float) -> str:
+    """``cuobjdump FLAG`` on a cubin (its bytes, or a file); its stdout."""
     tool = require_tool(Tool.CUOBJDUMP)
     with tempfile.TemporaryDirectory(prefix="kernaudit-cubin-") as tmp:
         if isinstance(cubin, (bytes, bytearray)):
@@ -244,18 +244,28 @@ def cubin_res_usage(cubin: bytes | Path, *, timeout_s: float = TOOL_TIMEOUT_S) -
         else:
             path = Path(cubin)
         try:
-            proc = subprocess.run([str(tool), "-res-usage", str(path)], capture_output=True,
+            proc = subprocess.run([str(tool), flag, str(path)], capture_output=True,
                                   text=True, timeout=timeout_s)
         except subprocess.TimeoutExpired:
             raise ToolError(f"cuobjdump ran past {timeout_s:g} s") from None
     if proc.returncode != 0:
         first = next((ln.strip() for ln in proc.stderr.splitlines() if ln.strip()), "")
         raise ToolError(f"cuobjdump failed (exit {proc.returncode}): {first}")
-    return parse_res_usage(proc.stdout)
+    return proc.stdout
+
+
+def cubin_res_usage(cubin: bytes | Path, *, timeout_s: float = TOOL_TIMEOUT_S) -> dict[str, CubinUsage]:
+    """``cuobjdump -res-usage`` on a cubin (its bytes, or a file)."""
+    return parse_res_usage(_cuobjdump(cubin, "-res-usage", timeout_s))
+
+
+def cubin_sass(cubin: bytes | Path, *, timeout_s: float = TOOL_TIMEOUT_S) -> str:
+    """``cuobjdump -sass`` on a cubin: the machine code the driver loads, as text."""
+    return _cuobjdump(cubin, "-sass", timeout_s)
 
 
 __all__ = [
     "CubinUsage", "PTXAS_FRAME_RE", "PtxasUsage", "Tool", "ToolError", "WgmmaDiagnostics",
-    "cubin_res_usage", "find_tool", "parse_ptxas_log", "parse_res_usage", "ptxas_usage",
+    "cubin_res_usage", "cubin_sass", "find_tool", "parse_ptxas_log", "parse_res_usage", "ptxas_usage",
     "require_tool", "run_ptxas", "wgmma_diagnostics",
 ]

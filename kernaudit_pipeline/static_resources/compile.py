@@ -9,7 +9,10 @@ Where each number comes from:
   on the cached PTX with Triton's flags and checked against the cubin;
 - dynamic shared memory: ``metadata.shared``, what the launch requests;
 - whether ptxas serialized the wgmmas or injected waits on their accumulators (its
-  "Potential Performance Loss" diagnostics in the same log): the cost model reads these.
+  "Potential Performance Loss" diagnostics in the same log): the cost model reads these;
+- the hot loop's instructions per warp and iteration, and how many of them are tensor-core
+  ops or local-memory (spill) traffic: ``cuobjdump -sass`` on the same cubin (``sass_loop``),
+  for the cost model too. A cubin whose SASS cannot be read leaves them None.
 
 The tools are found and their output parsed by ``core.toolchain``.
 """
@@ -24,10 +27,11 @@ from dataclasses import dataclass
 from typing import Any, Iterator
 
 from kernaudit_pipeline.core.toolchain import (
-    CubinUsage, PtxasUsage, ToolError, WgmmaDiagnostics, cubin_res_usage, ptxas_usage, run_ptxas,
-    wgmma_diagnostics,
+    CubinUsage, PtxasUsage, ToolError, WgmmaDiagnostics, cubin_res_usage, cubin_sass, ptxas_usage,
+    run_ptxas, wgmma_diagnostics,
 )
 from kernaudit_pipeline.kernel_spec import Specialization
+from kernaudit_pipeline.static_resources.sass_loop import LoopProfile, hot_loop
 
 WARP_SIZE = 32
 
@@ -45,6 +49,7 @@ class Resources:
     tmem_columns: int | None
     compile_seconds: float
     wgmma: WgmmaDiagnostics
+    loop: LoopProfile | None = None
 
     def numbers(self) -> dict[str, int | float | None]:
         """The StaticResult fields; the cubin is authoritative for what the driver loads."""
@@ -61,7 +66,15 @@ class Resources:
             "compile_seconds": self.compile_seconds,
             "wgmma_serialized": int(self.wgmma.serialized),
             "wgmma_waits_injected": int(self.wgmma.waits_injected),
+            **(self.loop.numbers() if self.loop else {}),
         }
+
+
+def _loop_profile(cubin: bytes) -> LoopProfile | None:
+    try:
+        return hot_loop(cubin_sass(cubin))
+    except ToolError:
+        return None
 
 
 @contextlib.contextmanager
@@ -144,6 +157,7 @@ def compile_specialized(kernel: Any, spec: Specialization, capability: int, num_
         tmem_columns=getattr(ck.metadata, "tmem_size", None),
         compile_seconds=seconds,
         wgmma=wgmma_diagnostics(log),
+        loop=_loop_profile(ck.asm["cubin"]),
     )
 
 

@@ -88,6 +88,10 @@ class StaticResult:
     # ptxas diagnostics on sm_90's asynchronous MMA (None before sm_90 or when unknown)
     wgmma_serialized: bool | None = None
     wgmma_waits_injected: bool | None = None
+    # the hot loop from the cubin's SASS, per warp and iteration (``sass_loop``; None when unread)
+    loop_instructions: int | None = None
+    loop_mma_ops: int | None = None
+    loop_local_ops: int | None = None
 
     @property
     def spills(self) -> bool | None:
@@ -103,6 +107,7 @@ NUMBER_FIELDS: MappingProxyType[str, tuple[type, ...]] = MappingProxyType({
     "shared_mem_dynamic_bytes": (int,), "shared_mem_bytes": (int,), "threads_per_block": (int,),
     "tmem_columns": (int,), "compile_seconds": (int, float),
     "wgmma_serialized": (int,), "wgmma_waits_injected": (int,),
+    "loop_instructions": (int,), "loop_mma_ops": (int,), "loop_local_ops": (int,),
 })
 
 
@@ -145,6 +150,8 @@ def make_result(*, kernel_name: str, config: dict, shape_name: str, arch: ArchSp
         kernel_source_hash=kernel_source_hash, cached=cached,
         wgmma_serialized=None if n["wgmma_serialized"] is None else bool(n["wgmma_serialized"]),
         wgmma_waits_injected=None if n["wgmma_waits_injected"] is None else bool(n["wgmma_waits_injected"]),
+        loop_instructions=n["loop_instructions"], loop_mma_ops=n["loop_mma_ops"],
+        loop_local_ops=n["loop_local_ops"],
     )
 
 

@@ -282,3 +282,27 @@ def test_a_module_that_breaks_the_contract_is_refused(data_dir, tmp_path):
     report = sr.sweep_report([sr.PlanItem(bad)], max_workers=1, progress=False)
     assert not report.results
     assert report.failures[0].reason.endswith("breaks the kernel contract: no KERNEL, compile_args")
+
+
+def test_hot_loop_is_read_from_the_cubin(tiny, tiny_results):
+    """The K loop of the tiny matmul, from the SASS of the cubin the audit built: wgmma tiles
+    issue HGMMAs in it, the loop carries more than the MMAs (address arithmetic, barriers, async
+    copies), and the result rows and cache entries carry the same figures."""
+    spec = specialize(tiny.KERNEL, tiny.compile_args(tiny.SHAPES[0], CLEAN))
+    res = sr.compile_specialized(tiny.KERNEL, spec, 90, 8, 3)
+    assert res.loop is not None and res.loop.loops >= 1
+    assert 0 < res.loop.mma_ops < res.loop.instructions < res.loop.total_instructions
+    row = tiny_results[config_id(CLEAN)]
+    assert (row.loop_instructions, row.loop_mma_ops, row.loop_local_ops) == (
+        res.loop.instructions, res.loop.mma_ops, res.loop.local_ops)
+    # A deeper K tile does twice the MMA work per iteration, in twice the HGMMAs.
+    deeper = dict(CLEAN, BLOCK_K=128, num_stages=2)
+    res2 = sr.compile_specialized(tiny.KERNEL, specialize(tiny.KERNEL, tiny.compile_args(tiny.SHAPES[0], deeper)), 90, 8, 2)
+    assert res2.loop.mma_ops == 2 * res.loop.mma_ops
+
+
+def test_spilling_config_reloads_spilled_registers_somewhere(tiny_results):
+    """128x256 on 4 warps spills (255 registers): its local-memory traffic is in the SASS; the
+    clean 8-warp tile has none in its loop."""
+    assert tiny_results[config_id(CLEAN)].loop_local_ops == 0
+    assert tiny_results[config_id(SPILL)].loop_instructions > 0
