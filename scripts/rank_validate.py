@@ -1,14 +1,16 @@
 #!/usr/bin/env python3
-"""Calibrate the static cost model on measured H200 sweeps and report leave-one-kernel-out
-accuracy (issue 15): for each kernel, fit on the others, rank its space with no timings, and
-compare the pick with the exhaustive best of each measured shape.
+"""Calibrate the static cost model on measured sweeps and report leave-one-kernel-out accuracy
+(issue 15): for each kernel, fit on the others, rank its space with no timings, and compare the
+pick with the exhaustive best of each measured shape.
 
     PYTHONPATH=. .venv/bin/python scripts/rank_validate.py                      # committed sweeps
     PYTHONPATH=. .venv/bin/python scripts/rank_validate.py --sweeps a.jsonl b.jsonl \\
-        --held-out swiglu_gemm --write-calibration
+        --held-out w8a16_gemm --write-calibration
 
-The held-out kernels (``--held-out``, default swiglu_gemm and rmsnorm_gemm) are never fitted
-on: when a sweep of one exists, it is scored with the calibration fitted on all the others.
+The committed sweeps are the four kernels/ modules on the H200 and the exhaustive H100 sweeps
+of swiglu_gemm and rmsnorm_gemm (samples/rank); each row is scored with the features of the GPU
+it ran on. The held-out kernels (``--held-out``, default w8a16_gemm) are never fitted on: when
+a sweep of one exists, it is scored with the calibration fitted on all the others.
 ``--write-calibration`` rewrites ``kernaudit_pipeline/rank/calibration.json`` (fitted on every
 non-held-out kernel, stated error = the worst LOKO within-shape error). Prints a Markdown
 report (``--out`` to also write it to a file). Needs the CPU static audit (cached under the data
@@ -24,8 +26,12 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-DEFAULT_SWEEPS = [ROOT / "samples" / "h200" / "bench_h200.jsonl"]
-CALIBRATION_KERNELS = ["gemm", "fp8_gemm", "flash_attention", "paged_decode_attention"]
+DEFAULT_SWEEPS = [ROOT / "samples" / "h200" / "bench_h200.jsonl",
+                  *sorted((ROOT / "samples" / "rank").glob("*_h100_exhaustive_*.jsonl.gz"))]
+# The four kernels/ modules (H200 sweeps) and, since 2026-12-06, the two held-out kernels of
+# 12-04..06 (H100 sweeps), whose held-out results were reported before they were fitted on.
+CALIBRATION_KERNELS = ["gemm", "fp8_gemm", "flash_attention", "paged_decode_attention",
+                       "swiglu_gemm", "rmsnorm_gemm"]
 
 
 def _plain(path: Path, scratch: Path) -> Path:
@@ -157,7 +163,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="runner JSONL files to calibrate and score on")
     parser.add_argument("--kernels", nargs="+", default=CALIBRATION_KERNELS,
                         help="kernels/ stems to calibrate on (leave-one-kernel-out over these)")
-    parser.add_argument("--held-out", nargs="*", default=["swiglu_gemm", "rmsnorm_gemm"],
+    parser.add_argument("--held-out", nargs="*", default=["w8a16_gemm"],
                         help="kernels never fitted on; scored when a sweep of them is given")
     parser.add_argument("--write-calibration", action="store_true",
                         help="rewrite kernaudit_pipeline/rank/calibration.json")
@@ -174,19 +180,23 @@ def main(argv: list[str] | None = None) -> int:
     args.sweeps = [_plain(p, Path(scratch.name)) for p in args.sweeps]
     args.search_run = [_plain(p, Path(scratch.name)) for p in args.search_run]
 
+    from kernaudit_pipeline.core.hardware import lookup
     from kernaudit_pipeline.rank import fit
     from kernaudit_pipeline.rank.model import CALIBRATION_FILE
-    from kernaudit_pipeline.rank.ranking import space_features
+    from kernaudit_pipeline.rank.ranking import DEFAULT_DEVICE, space_features
 
     measurements = fit.load_measurements(args.sweeps)
     stems = list(dict.fromkeys([*args.kernels, *args.held_out]))
-    features, report = space_features(stems, max_workers=args.jobs)
+    default = lookup(DEFAULT_DEVICE).name
+    features = {}  # per GPU the sweeps ran on: SM count, bandwidth and peaks differ
+    for device in sorted({fit.device_of(m, default) for m in measurements} | {default}):
+        features[device], report = space_features(stems, device_name=device, max_workers=args.jobs)
     for failure in report.failures:
         print(f"rank_validate: {failure.module}: {failure.reason}", file=sys.stderr)
     names = {d.stem: d.name for d in report.descriptions}
     calib_names = [names[k] for k in args.kernels if k in names]
     held_names = [names[k] for k in args.held_out if k in names]
-    samples = fit.samples_for(measurements, features)
+    samples = fit.samples_for(measurements, features, default)
     train = [s for s in samples if s.features.kernel_name in calib_names]
     held = [s for s in samples if s.features.kernel_name in held_names]
     print(f"{len(measurements)} timed rows; {len(train)} scored on {len(calib_names)} calibration kernels, "

@@ -91,6 +91,13 @@ class Features:
     # ptxas said the wgmmas are serialized / it injected waits on their accumulators
     wgmma_serialized: bool = False
     wgmma_waits_injected: bool = False
+    # the hot loop (static_resources.sass_loop): instructions a warp issues per iteration, the
+    # local-memory (spill) ops among them, and the iterations a program runs (on average, and
+    # in the longest program); 0 where the SASS or the family's trip count is unknown
+    loop_instructions: int = 0
+    loop_local_ops: int = 0
+    loop_trips: float = 0.0
+    loop_trips_max: float = 0.0
 
     @property
     def tile_intensity(self) -> float:
@@ -248,6 +255,7 @@ def build(desc: KernelDescription, result: StaticResult, gpu: GPUSpec, sm: SMRes
         dram += moved - (M * K * a_elem + K * N * b_elem)  # the output and any extras, once
         stage = (bm * a_elem + bn * b_elem) * bk
         max_load = load_p
+        trips = trips_max = float(math.ceil(K / bk))
     elif fam is Family.ATTENTION:
         S, D = dims["S"], dims["D"]
         keys = (S + bm) / 2.0 if shape.causal else float(S)
@@ -256,13 +264,19 @@ def build(desc: KernelDescription, result: StaticResult, gpu: GPUSpec, sm: SMRes
         load_p = bm * D * elem + 2.0 * keys * D * elem
         max_load = bm * D * elem + 2.0 * S * D * elem
         stage = 2.0 * bn * D * elem
+        trips, trips_max = keys / bn, math.ceil(S / bn)
     else:
         flops_p = flops / programs if programs else 0.0
         load_p = moved / programs if programs else 0.0
         stage = smem / max(stages, 1)
         max_load = load_p
+        trips = trips_max = 0.0
         if fam is Family.SPLIT_KV:
             max_load = _longest_partition_bytes(dims, int(cfg["PARTITION_SIZE"]), moved, load_p)
+            if cfg.get("BLOCK_N"):  # tokens per iteration; the longest program streams max_load
+                trips_max = math.ceil(min(int(cfg["PARTITION_SIZE"]), dims.get("CTX_MAX") or
+                                          int(cfg["PARTITION_SIZE"])) / int(cfg["BLOCK_N"]))
+                trips = trips_max * load_p / max_load if max_load else 0.0
     uses_wgmma = (float(sm.compute_capability) >= 9.0 and bm is not None and bm >= 64 and warps % 4 == 0)
     return Features(
         kernel_name=desc.name, shape_name=shape.name, config_id=result.config_id, config=cfg,
@@ -280,4 +294,7 @@ def build(desc: KernelDescription, result: StaticResult, gpu: GPUSpec, sm: SMRes
         uses_wgmma=uses_wgmma, max_load_bytes_per_program=max_load,
         wgmma_serialized=bool(result.wgmma_serialized),
         wgmma_waits_injected=bool(result.wgmma_waits_injected),
+        loop_instructions=int(result.loop_instructions or 0),
+        loop_local_ops=int(result.loop_local_ops or 0),
+        loop_trips=float(trips), loop_trips_max=float(trips_max),
     )

@@ -40,6 +40,7 @@ class Measurement:
     latency_us: float
     source: str  # the file the row came from: one run, one group per shape
     speedup: float | None = None  # paired against the shape's primary reference, when measured so
+    device_name: str = ""  # the GPU the runner reported; features are built for that GPU
 
     @property
     def group(self) -> tuple[str, str, str]:
@@ -68,7 +69,8 @@ def load_measurements(paths: list[Path]) -> list[Measurement]:
             sp = row.get("speedup")
             paired = float(sp) if isinstance(sp, (int, float)) and math.isfinite(sp) and sp > 0 else None
             out.append(Measurement(str(row["kernel_name"]), str(row["shape_name"]),
-                                   str(row["config_id"]), float(lat), Path(path).name, paired))
+                                   str(row["config_id"]), float(lat), Path(path).name, paired,
+                                   str(row.get("device_name") or "")))
     return out
 
 
@@ -79,11 +81,27 @@ class Sample:
     group: tuple[str, str, str]
 
 
+def device_of(m: Measurement, default: str) -> str:
+    """The spec-table name of the GPU a measurement ran on (``default`` when unknown)."""
+    from kernaudit_pipeline.core.hardware import lookup  # noqa: PLC0415
+
+    gpu = lookup(m.device_name) if m.device_name else None
+    return gpu.name if gpu else default
+
+
 def samples_for(measurements: list[Measurement],
-                features: dict[tuple[str, str, str], Features]) -> list[Sample]:
-    """Measurements the model can score: those whose config the static audit kept."""
-    return [Sample(features[(m.kernel_name, m.shape_name, m.config_id)], m.value, m.group)
-            for m in measurements if (m.kernel_name, m.shape_name, m.config_id) in features]
+                features: dict[str, dict[tuple[str, str, str], Features]],
+                default_device: str) -> list[Sample]:
+    """Measurements the model can score: those whose config the static audit kept, with the
+    features of the GPU they ran on (``features`` is keyed by spec-table GPU name; a row that
+    names no known GPU is taken as ``default_device``)."""
+    out = []
+    for m in measurements:
+        key = (m.kernel_name, m.shape_name, m.config_id)
+        f = features.get(device_of(m, default_device), {}).get(key)
+        if f is not None:
+            out.append(Sample(f, m.value, m.group))
+    return out
 
 
 def _groups(samples: list[Sample]) -> dict[tuple, list[Sample]]:
@@ -229,4 +247,4 @@ def calibrate(samples: list[Sample], kernels: list[str], loko: list[LokoResult])
     errors = [r.error for r in loko if math.isfinite(r.error)]
     stated = max(errors) if errors else within_shape_error(params, samples)
     return Calibration(params, round(float(stated), 4), tuple(sorted(kernels)),
-                       note="fitted by scripts/rank_validate.py on the committed H200 sweeps")
+                       note="fitted by scripts/rank_validate.py on the committed sweeps (H200: the kernels/ modules; H100: swiglu_gemm, rmsnorm_gemm)")

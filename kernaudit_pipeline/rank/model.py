@@ -16,6 +16,18 @@ which is where wave quantization and the tail come in):
   stage bytes, over the memory latency), capped at the achievable DRAM bandwidth;
 - the longest program (a causal block on the diagonal's far side, a decode partition of the
   longest context) streaming its bytes alone at what its own in-flight stages sustain;
+- the hot loop (``features.loop_*``, read from the cubin's SASS), block by block: within one
+  block the warps that issue the MMAs also run the loop's other work (a fused norm's
+  reduction, a weight tile's dequantization, reloads of spilled registers), so a program takes
+  its MMA time *plus* ``trips`` times its loop body at ``cpi`` per instruction (a spill reload
+  ``local_op`` longer); the resident blocks of one round run side by side, so this serial time
+  counts once per round, ``ceil(n / blocks_per_SM)`` rounds. This and the compute term are two
+  bounds on the same timeline (the tensor cores' throughput, one block's serial path), so the
+  larger of the two enters the soft maximum. With several blocks resident the compute term is
+  the larger; a lone block (255 registers, a deep pipeline's shared memory) is where the loop's
+  work shows. Without the SASS (``loop_instructions`` 0) the term is left out;
+- the issue slots those loop bodies take: every warp's instructions through the SM's four
+  schedulers, one per cycle each;
 - these overlap, combined as a soft maximum ``(a^p + b^p + ...)^(1/p)``;
 - plus a per-round overhead (pipeline fill and epilogue of each round of resident programs,
   ``ceil(n / blocks_per_SM)`` rounds), a launch constant, and a spill factor that grows with
@@ -59,6 +71,9 @@ class Params:
     lone_block: float = 0.10     # efficiency lost per 1/(resident blocks): nothing to overlap with
     serialized: float = 0.30     # efficiency lost when ptxas serializes the wgmmas
     waits: float = 0.15          # efficiency lost when ptxas injects waits on their accumulators
+    cpi_s: float = 2.0e-9        # average time a warp spends per loop instruction (~4 cycles)
+    local_op_s: float = 15e-9    # extra time per local-memory (spill) op in the loop
+    issue_s: float = 0.505e-9    # one warp instruction per scheduler per cycle at 1.98 GHz
 
     def to_dict(self) -> dict[str, float]:
         return asdict(self)
@@ -75,6 +90,7 @@ FITTED: dict[str, tuple[float, float]] = {
     "l2_bytes_per_s": (3e12, 30e12), "e_dram": (0.4, 1.0), "mem_latency_s": (0.2e-6, 6e-6),
     "round_overhead_s": (0.0, 10e-6), "launch_s": (0.0, 20e-6),
     "serialized": (0.0, 0.8), "waits": (0.0, 0.6), "lone_block": (0.0, 1.0), "short_k": (0.0, 0.5),
+    "cpi_s": (0.505e-9, 10e-9), "local_op_s": (0.0, 100e-9),
 }
 
 
@@ -120,12 +136,15 @@ class Breakdown:
     critical_s: float
     overhead_s: float
     spill_factor: float
+    loop_s: float = 0.0
+    issue_s: float = 0.0
 
     @property
     def bound(self) -> str:
         terms = {"compute": self.compute_s, "l2": self.l2_s, "dram": self.dram_s,
-                 "longest program": self.critical_s}
-        return max(terms, key=terms.get)
+                 "longest program": self.critical_s, "loop latency": self.loop_s,
+                 "issue": self.issue_s}
+        return max(terms, key=terms.get)  # the first of equals: compute before loop latency
 
 
 def predict(f: Features, params: Params) -> Breakdown:
@@ -154,12 +173,20 @@ def predict(f: Features, params: Params) -> Breakdown:
     stream = min(max(f.num_stages - 1, 1) * f.stage_bytes / params.mem_latency_s,
                  params.l2_bytes_per_s / sms)
     critical = f.max_load_bytes_per_program / max(stream, 1.0)
+    rounds = math.ceil(n / max(f.blocks_per_sm, 1))
+    per_iteration = f.loop_instructions * params.cpi_s + f.loop_local_ops * params.local_op_s
+    mma_longest = f.flops_per_program / (f.peak_flops / sms * e)
+    if f.loop_trips > 0:
+        mma_longest *= f.loop_trips_max / f.loop_trips
+    loop = (rounds * (mma_longest + f.loop_trips_max * per_iteration)
+            if f.loop_trips_max and f.loop_instructions else 0.0)
+    issue = n * f.loop_trips * f.loop_instructions * f.num_warps / 4.0 * params.issue_s
     p = params.softmax_p
-    core = (compute ** p + l2 ** p + dram ** p + critical ** p) ** (1.0 / p)
-    overhead = math.ceil(n / max(f.blocks_per_sm, 1)) * params.round_overhead_s
+    core = (max(compute, loop) ** p + l2 ** p + dram ** p + critical ** p + issue ** p) ** (1.0 / p)
+    overhead = rounds * params.round_overhead_s
     spill = 1.0 + params.spill_k * (f.spill_bytes / HEAVY_SPILL_BYTES) ** 2
     total = (core + overhead) * spill + params.launch_s
-    return Breakdown(total, compute, l2, dram, critical, overhead, spill)
+    return Breakdown(total, compute, l2, dram, critical, overhead, spill, loop, issue)
 
 
 def predict_us(f: Features, params: Params) -> float:

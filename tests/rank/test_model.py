@@ -116,3 +116,20 @@ def test_the_shipped_calibration_loads_and_falls_back(tmp_path):
     assert load_calibration(broken).params == Params()
     again = Calibration.from_json(shipped.to_json())
     assert again == shipped
+
+
+def test_the_hot_loop_costs_a_lone_block_its_serial_path():
+    """A block's warps run the loop's non-MMA work between their MMAs: with one block per SM
+    (255 registers) a longer loop body, or spill reloads in it, slows the prediction; with
+    several blocks resident the tensor cores' throughput stays the bound."""
+    params = Params()
+    lone = replace(_features(_cfg(128, 128, 64, 8, 3), regs=255), loop_instructions=100)
+    assert lone.blocks_per_sm == 1 and lone.loop_trips == lone.loop_trips_max == 4096 / 64
+    base = predict(lone, params)
+    heavy = predict(replace(lone, loop_instructions=1200), params)
+    assert heavy.total_s > base.total_s and heavy.bound == "loop latency"
+    assert predict(replace(lone, loop_local_ops=20), params).total_s > base.total_s
+    shared = replace(lone, blocks_per_sm=2)  # the same loop, two blocks side by side
+    assert predict(replace(shared, loop_instructions=100), params).bound == "compute"
+    # no SASS read: the term is left out, not guessed
+    assert predict(replace(lone, loop_instructions=0), params).loop_s == 0.0
