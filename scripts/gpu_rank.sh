@@ -38,6 +38,7 @@ KERNEL="${KERNEL:-swiglu_gemm}"
 TAG="${TAG:-${KERNEL%_gemm}}"                 # output file prefix: swiglu_, rmsnorm_, ...
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 KERNELS_DIR="${KERNELS_DIR:-$ROOT/kernels}"
+RANKING_GIVEN="${RANKING:-}"
 RANKING="${RANKING:-$ROOT/samples/rank/${KERNEL}.ranking.json}"
 SHAPES="${SHAPES:-}"
 SEARCH_RESERVE_S="${SEARCH_RESERVE_S:-170}"  # kept for the search while the exhaustive sweep runs
@@ -57,6 +58,12 @@ budget() { local want=$1 reserve=$2 l; l=$(( $(left) - reserve )); (( l < want )
 
 echo "== host ($(date -u +%FT%TZ))"
 command -v nvidia-smi > /dev/null && nvidia-smi --query-gpu=name,driver_version,compute_cap,clocks.sm,clocks.max.sm,temperature.gpu,power.draw --format=csv
+# The ranking predicted for the GPU that came, where one was committed for it (an H100 has less
+# DRAM bandwidth than the H200 the default ranking is for): samples/rank/KERNEL.h100.ranking.json
+GPU_NAME="$(command -v nvidia-smi > /dev/null && nvidia-smi --query-gpu=name --format=csv,noheader | head -1)"
+if [[ -z "$RANKING_GIVEN" && "$GPU_NAME" == *H100* && -f "$ROOT/samples/rank/${KERNEL}.h100.ranking.json" ]]; then
+  RANKING="$ROOT/samples/rank/${KERNEL}.h100.ranking.json"
+fi
 "$PY" -c 'import sys, torch, triton, numpy; print("python", sys.version.split()[0], "torch", torch.__version__, "cuda", torch.version.cuda, "triton", triton.__version__, "numpy", numpy.__version__, "cpus", __import__("os").cpu_count())'
 echo "kernel $KERNEL from $KERNELS_DIR, ranking $RANKING, shapes: ${SHAPES:-all}, budget ${BUDGET_S} s"
 

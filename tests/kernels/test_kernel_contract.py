@@ -29,14 +29,16 @@ from kernaudit_pipeline.kernel_spec import (
     load_kernel_module,
     specialize,
 )
+from kernaudit_pipeline.static_resources.describe import bilinear_terms
 
-KERNELS = ["gemm", "fp8_gemm", "flash_attention", "paged_decode_attention", "swiglu_gemm", "rmsnorm_gemm"]
+KERNELS = ["gemm", "fp8_gemm", "flash_attention", "paged_decode_attention", "swiglu_gemm", "rmsnorm_gemm",
+           "w8a16_gemm"]
 REQUIRED = ("NAME", "KERNEL", "DTYPE", "BASELINE_NAME", "CONFIGS", "SHAPES", "TOLERANCE",
             "make_inputs", "launch", "baseline", "reference", "flops", "bytes_moved",
             "compile_args", "grid")
 SMEM_OPTIN_LIMIT_BYTES = 232_448  # sm_90: 227 KiB per block
 TRITON_DTYPE = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32",
-                torch.float8_e4m3fn: "fp8e4nv", torch.int32: "i32"}
+                torch.float8_e4m3fn: "fp8e4nv", torch.int32: "i32", torch.int8: "i8"}
 
 # Small shapes for the JIT cross-check: some sizes divisible by 16, some not, so both the
 # divisibility attribute and its absence are exercised.
@@ -48,10 +50,11 @@ SMALL_SHAPES = {
                                               "CTX_MIN": 5, "CTX_MAX": 70}),
     "swiglu_gemm": Shape("small", {"M": 48, "N": 72, "K": 80}),
     "rmsnorm_gemm": Shape("small", {"M": 48, "N": 72, "K": 80}),
+    "w8a16_gemm": Shape("small", {"M": 48, "N": 72, "K": 80}),
 }
 # Config-space sizes: moderate for the audited kernels; the held-out kernels of the cost model
 # (issue 15) carry a tuning-scale space of >= 300 configs, as a vLLM tuner would sweep.
-SPACE_SIZE = {"swiglu_gemm": (300, 450), "rmsnorm_gemm": (300, 450)}
+SPACE_SIZE = {"swiglu_gemm": (300, 450), "rmsnorm_gemm": (300, 450), "w8a16_gemm": (300, 450)}
 
 
 def _mod(name: str):
@@ -64,7 +67,8 @@ def test_every_kernel_file_is_covered() -> None:
 
 def test_heldout_kernels_stay_out_of_the_default_audit_but_load_by_name() -> None:
     default = {p.stem for p in kernel_files()}
-    assert not {"swiglu_gemm", "rmsnorm_gemm"} & default and {"gemm", "fp8_gemm"} <= default
+    assert not {"swiglu_gemm", "rmsnorm_gemm", "w8a16_gemm"} & default
+    assert {"gemm", "fp8_gemm"} <= default
     mod = load_kernel_module("swiglu_gemm")
     assert Path(mod.__file__).parent.name == "heldout" and mod.NAME == "swiglu_gemm"
 
@@ -196,6 +200,13 @@ def test_flops_and_bytes_by_hand() -> None:
     # 2 B·(x 4096·4096 + two weights 2·4096·14336 + out 4096·14336)
     assert swiglu.bytes_moved(m4096) == 385_875_968
 
+    w8a16 = _mod("w8a16_gemm")
+    o_proj = w8a16.SHAPES[-1]  # M=4096 N=4096 K=4096
+    assert (o_proj["M"], o_proj["N"], o_proj["K"]) == (4096, 4096, 4096)
+    assert w8a16.flops(o_proj) == 137_438_953_472     # 2·4096³
+    # x 2 B·4096² + int8 W 1 B·4096² + bf16 scales 2 B·(4096/128)·4096 + out 2 B·4096²
+    assert w8a16.bytes_moved(o_proj) == 84_148_224
+
 
 def test_grid_by_hand() -> None:
     gemm, fp8 = _mod("gemm"), _mod("fp8_gemm")
@@ -206,6 +217,8 @@ def test_grid_by_hand() -> None:
     assert dec.grid(dec.SHAPES[0], {"BLOCK_N": 64, "PARTITION_SIZE": 512}) == (8, 8, 16)
     swiglu = _mod("swiglu_gemm")
     assert swiglu.grid(swiglu.SHAPES[0], {"BLOCK_M": 64, "BLOCK_N": 128}) == (1 * 112,)  # M=16
+    w8a16 = _mod("w8a16_gemm")
+    assert w8a16.grid(w8a16.SHAPES[-1], {"BLOCK_M": 128, "BLOCK_N": 256}) == (32 * 16,)  # M=4096
 
 
 def test_swiglu_space_has_spills_and_smem_overflows_to_rank() -> None:
@@ -218,6 +231,26 @@ def test_swiglu_space_has_spills_and_smem_overflows_to_rank() -> None:
     assert sum(b > SMEM_OPTIN_LIMIT_BYTES for b in smem) >= 20
     assert {c["GROUP_M"] for c in swiglu.CONFIGS} == {1, 4, 8}
     assert len(swiglu.SHAPES) == 4 and len({(s["N"], s["K"]) for s in swiglu.SHAPES}) == 1
+
+
+def test_w8a16_space_keeps_one_scale_row_per_k_step() -> None:
+    """Every BLOCK_K divides the quantization group, so each K step reads one scale row; the
+    roofline's weight operand costs 1 B plus its share of a bf16 scale per element, which is
+    what the cost model's feature extraction reads off ``bytes_moved``."""
+    w8a16 = _mod("w8a16_gemm")
+    gs = w8a16.GROUP_SIZE
+    assert gs == 128
+    assert all(c["BLOCK_K"] <= gs and gs % c["BLOCK_K"] == 0 for c in w8a16.CONFIGS)
+    assert {c["BLOCK_K"] for c in w8a16.CONFIGS} == {32, 64, 128}
+    assert {c["GROUP_M"] for c in w8a16.CONFIGS} == {1, 8}
+    assert {c["num_warps"] for c in w8a16.CONFIGS} == {4, 8}
+    assert len(w8a16.SHAPES) == 4 and len({(s["N"], s["K"]) for s in w8a16.SHAPES}) == 1
+    terms = bilinear_terms(w8a16.bytes_moved, w8a16.SHAPES[0])
+    assert terms == {("K", "M"): 2.0, ("K", "N"): 1.0 + 2.0 / gs, ("M", "N"): 2.0}
+    inputs = w8a16.make_inputs(Shape("t", {"M": 16, "N": 32, "K": 256}), "meta", 0)
+    assert inputs["scales"].shape == (2, 32) and inputs["w"].stride() == (1, 256)  # W is (N, K)
+    with pytest.raises(ValueError, match="do not chain"):
+        w8a16.kernel_args({**inputs, "scales": inputs["scales"][:1]}, w8a16.CONFIGS[0])
 
 
 def test_fp8_references_are_the_bf16_layer_and_scaled_mm_on_the_same_values() -> None:
@@ -250,6 +283,8 @@ CLEAN = {
                     "num_warps": 4, "num_stages": 3},
     "rmsnorm_gemm": {"BLOCK_M": 64, "BLOCK_N": 128, "BLOCK_K": 64, "GROUP_M": 8,
                      "num_warps": 4, "num_stages": 3},
+    "w8a16_gemm": {"BLOCK_M": 64, "BLOCK_N": 128, "BLOCK_K": 64, "GROUP_M": 8,
+                   "num_warps": 4, "num_stages": 3},
 }
 
 

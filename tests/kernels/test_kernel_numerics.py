@@ -110,6 +110,25 @@ CASES["rmsnorm_gemm"] = [
                 "num_warps": 2, "num_stages": 2}, "dtype": "float16"},
 ]
 
+CASES["w8a16_gemm"] = [
+    # four K steps inside one 128-row scale group
+    {"id": "w8a16_64x64x128", "dims": {"M": 64, "N": 64, "K": 128},
+     "config": _GEMM_CFG, "dtype": "float16"},
+    # ragged M and N, and a K tail inside a single partial group: the masked int8 rows must
+    # add nothing whatever the scale
+    {"id": "w8a16_ragged_50x72x80", "dims": {"M": 50, "N": 72, "K": 80},
+     "config": _GEMM_CFG, "dtype": "float16"},
+    # three groups (128, 128, 32): each step reads its own group's scale row, the tail step
+    # the last, partial group's
+    {"id": "w8a16_decode_16x96x288", "dims": {"M": 16, "N": 96, "K": 288},
+     "config": {"BLOCK_M": 16, "BLOCK_N": 32, "BLOCK_K": 64, "GROUP_M": 1,
+                "num_warps": 4, "num_stages": 2}, "dtype": "float16"},
+    # BLOCK_K = GROUP_SIZE: one step per group
+    {"id": "w8a16_bk128_32x64x384", "dims": {"M": 32, "N": 64, "K": 384},
+     "config": {"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 128, "GROUP_M": 1,
+                "num_warps": 4, "num_stages": 2}, "dtype": "float16"},
+]
+
 SEED = random.SystemRandom().randrange(2**31)
 
 
