@@ -23,6 +23,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from kernaudit_pipeline.core.hardware import lookup
 from kernaudit_pipeline.rank.features import Features
 from kernaudit_pipeline.rank.model import (
     FITTED, HEAVY_SPILL_BYTES, Calibration, Params, predict, with_values,
@@ -83,8 +84,6 @@ class Sample:
 
 def device_of(m: Measurement, default: str) -> str:
     """The spec-table name of the GPU a measurement ran on (``default`` when unknown)."""
-    from kernaudit_pipeline.core.hardware import lookup  # noqa: PLC0415
-
     gpu = lookup(m.device_name) if m.device_name else None
     return gpu.name if gpu else default
 
