@@ -4,7 +4,8 @@ A worker writes the step it is on (``<shape>|<config id or reference label>``) t
 file before starting it. The supervisor kills a worker whose current step, start-up included,
 has run longer than ``--timeout-s``, or that is still running at the sweep's deadline. When a
 worker dies (killed, segfault, illegal address, OOM, an exception) the step in flight becomes
-a TIMEOUT / CRASHED / OOM row and a new worker carries on with what is left, up to
+a TIMEOUT / CRASHED / OOM row (NOT_RUN when it was the deadline that stopped it) and a new
+worker carries on with what is left, up to
 ``max_attempts`` workers per kernel. The parent never imports a kernel module: it works from
 the plan a ``plan`` worker wrote. Standard library only.
 """
@@ -94,9 +95,19 @@ def kill(proc: subprocess.Popen) -> None:
         pass
 
 
-def classify_exit(log_tail: str, killed_for: str | None, returncode: int | None) -> tuple[RunStatus, str]:
-    if killed_for is not None:
-        return RunStatus.TIMEOUT, killed_for
+@dataclass(frozen=True)
+class Kill:
+    """Why the supervisor killed a worker. A step that outran ``--timeout-s`` is the step's
+    fault (TIMEOUT); one still running when the sweep's time ran out is not: a busy host or a
+    slow wrap-up must not brand the config in flight as hanging, so that is NOT_RUN."""
+
+    message: str
+    at_deadline: bool = False
+
+
+def classify_exit(log_tail: str, killed: Kill | None, returncode: int | None) -> tuple[RunStatus, str]:
+    if killed is not None:
+        return (RunStatus.NOT_RUN if killed.at_deadline else RunStatus.TIMEOUT), killed.message
     lines = [ln.strip() for ln in log_tail.splitlines() if ln.strip() and not ln.startswith("[bench]")]
     last = lines[-1][:400] if lines else ""
     if returncode is not None and returncode < 0:
@@ -129,10 +140,10 @@ def log_tail(path: Path, chars: int = 4000) -> str:
 
 
 def supervise(spec: dict, work_dir: Path, tag: str, step_timeout_s: float, deadline: float,
-              echo: bool = True) -> tuple[int | None, str | None, str]:
+              echo: bool = True) -> tuple[int | None, Kill | None, str]:
     """Run one worker to its end, killing it when the step in flight (start-up included)
-    outlasts ``step_timeout_s`` or the deadline passes. Returns (returncode, killed_for,
-    progress marker at exit)."""
+    outlasts ``step_timeout_s`` or the deadline passes. Returns (returncode, the kill if there
+    was one, progress marker at exit)."""
     progress = Path(spec["progress_path"])
     progress.write_text("")
     proc, log_path = spawn(spec, work_dir, tag)
@@ -153,11 +164,12 @@ def supervise(spec: dict, work_dir: Path, tag: str, step_timeout_s: float, deadl
             break
         now = time.monotonic()
         if now - step_started > step_timeout_s:
-            killed_for = f"step {step or 'start-up'!r} ran over {step_timeout_s:g} s"
+            killed_for = Kill(f"step {step or 'start-up'!r} ran over {step_timeout_s:g} s")
             kill(proc)
             break
         if now > deadline:
-            killed_for = f"sweep deadline reached during {step or 'start-up'!r}"
+            killed_for = Kill(f"sweep deadline reached during {step or 'start-up'!r}; its worker was stopped",
+                              at_deadline=True)
             kill(proc)
             break
         time.sleep(POLL_S)
@@ -198,9 +210,14 @@ def plan_kernels(paths: list[Path], work_dir: Path, timeout_s: float,
         killed_for = None
         while proc.poll() is None:
             now = time.monotonic()
-            if now - started > timeout_s or now > deadline:
+            if now - started > timeout_s:
                 step = Path(spec["progress_path"]).read_text() or "start-up"
-                killed_for = f"kernel module {step!r} ran over {timeout_s:g} s"
+                killed_for = Kill(f"kernel module {step!r} ran over {timeout_s:g} s")
+                kill(proc)
+                break
+            if now > deadline:
+                step = Path(spec["progress_path"]).read_text() or "start-up"
+                killed_for = Kill(f"sweep deadline reached while planning ({step!r})", at_deadline=True)
                 kill(proc)
                 break
             time.sleep(POLL_S)
@@ -321,7 +338,8 @@ def run_peaks(sweep: Sweep) -> None:
     for row in (read_jsonl(rows_path.read_text()) if rows_path.exists() else []):
         sweep.emit(row)
     if rc != 0 or killed_for is not None:
-        print(f"[bench] peaks worker ended at {final!r}: rc={rc} {killed_for or ''}", flush=True)
+        print(f"[bench] peaks worker ended at {final!r}: rc={rc} {killed_for.message if killed_for else ''}",
+              flush=True)
 
 
 def precompile(groups: list[Group], sweep: Sweep, jobs: int, budget_s: float) -> None:
@@ -348,5 +366,5 @@ def precompile(groups: list[Group], sweep: Sweep, jobs: int, budget_s: float) ->
           f"{sweep.precompile_wall_s:.1f} s, {len(stragglers)} killed at the budget", flush=True)
 
 
-__all__ = ["Group", "PlanFailure", "Sweep", "classify_exit", "failure_row", "kill",
+__all__ = ["Group", "Kill", "PlanFailure", "Sweep", "classify_exit", "failure_row", "kill",
            "plan_kernels", "precompile", "run_group", "run_peaks", "spawn", "supervise"]

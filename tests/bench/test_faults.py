@@ -103,7 +103,8 @@ def test_supervise_kills_a_worker_hanging_at_start_up(tmp_path):
     t0 = time.monotonic()
     rc, killed_for, final = supervise(spec, tmp_path, "hang", step_timeout_s=8.0,
                                       deadline=time.monotonic() + 600, echo=False)
-    assert killed_for is not None and "ran over 8 s" in killed_for and final == "import"
+    assert killed_for is not None and not killed_for.at_deadline
+    assert "ran over 8 s" in killed_for.message and final == "import"
     assert time.monotonic() - t0 < 60 and not plan_path.exists()
 
 

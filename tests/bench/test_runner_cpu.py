@@ -20,7 +20,7 @@ from kernaudit_pipeline.bench.records import (
     RunRecord, StaticInfo, Timing, build_record, read_jsonl, to_json_line,
 )
 from kernaudit_pipeline.bench.summary import best
-from kernaudit_pipeline.bench.supervisor import classify_exit
+from kernaudit_pipeline.bench.supervisor import Kill, classify_exit
 from kernaudit_pipeline.core.verdicts import RunStatus, TimingMode
 from kernaudit_pipeline.ingest import ingest_paths, validate
 from kernaudit_pipeline.kernel_runs import COLUMNS, normalize
@@ -190,8 +190,11 @@ def test_exit_classification():
     assert status is RunStatus.CRASHED and "illegal memory access" in msg
     status, msg = classify_exit("", None, -11)
     assert status is RunStatus.CRASHED and "SIGSEGV" in msg
-    status, _ = classify_exit("", "step 'BM64' ran over 5 s", -9)
+    status, _ = classify_exit("", Kill("step 'BM64' ran over 5 s"), -9)
     assert status is RunStatus.TIMEOUT
+    # the sweep running out of time is not the config's fault
+    status, msg = classify_exit("", Kill("sweep deadline reached during 'n|BM64'", at_deadline=True), -9)
+    assert status is RunStatus.NOT_RUN and "deadline" in msg
 
 
 def _run_cli(*args: str, env_extra: dict | None = None) -> subprocess.CompletedProcess:

@@ -83,6 +83,21 @@ def test_a_worker_killed_mid_shape_loses_only_its_open_chunk(tmp_path):
     assert order.index(hang) > max(order.index(r["config_id"]) for r in first_chunk)
 
 
+def test_a_worker_stuck_at_the_deadline_leaves_not_run_rows_not_a_timeout(tmp_path):
+    """The 21st config hangs and the deadline comes before the 60 s step limit, so the worker
+    cannot wrap up and is killed at the deadline. That is the sweep running out of time (as on
+    a loaded host), not the config failing: its row is NOT_RUN with the reason, never TIMEOUT."""
+    proc, runs, wall = _bench(tmp_path, "--shapes", "n4096_hang", "--max-configs", "24",
+                              "--max-seconds-per-config", "0.05", "--timeout-s", "60", "--deadline-s", "25")
+    assert proc.returncode == 0, proc.stderr
+    assert wall < 45
+    by_id = {r["config_id"]: r for r in runs}
+    assert len(runs) == len(by_id) == 24
+    assert all(r["run_status"] in {"OK", "NOT_RUN"} for r in runs)
+    hang = by_id["BN64_HANG1_NOISE_US300_s1_w4"]
+    assert hang["run_status"] == "NOT_RUN" and "deadline" in hang["run_message"] and hang["speedup"] is None
+
+
 def _recorded_blocks(config_id: str) -> list[float]:
     with gzip.open(RECORDED, "rt") as fh:
         for line in fh:
