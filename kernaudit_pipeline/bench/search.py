@@ -40,6 +40,10 @@ from kernaudit_pipeline.rank.search import (
 )
 
 DEFAULT_STATED_ERROR = 0.2
+# Configs compiled per precompile round, per process: a round's fixed cost is its processes
+# importing torch and triton (about 6 s on the H100 host), so rounds of one batch of 8 configs
+# spent more wall time starting than compiling (w8a16_gemm on 2026-12-06: 28 rounds, ~190 s).
+PRECOMPILE_PER_PROCESS = 4
 
 
 class _DeadlineReached(Exception):
@@ -82,6 +86,23 @@ def compute_ranking(stem: str) -> tuple[dict[str, list[Candidate]], float]:
         raise BenchError(f"cannot rank {stem}: {report.failures[0].reason}")
     out = {r.shape_name: [Candidate(x.config_id, x.predicted_us) for x in r.ranked] for r in report.rankings}
     return out, report.rankings[0].stated_error if report.rankings else DEFAULT_STATED_ERROR
+
+
+def compile_ahead(ids: list[str], order: list[str], compiled: set[str], chunk: int) -> list[str]:
+    """What to precompile before measuring ``ids``: nothing if all are compiled, else the ones
+    that are not, topped up with the next uncompiled configs in predicted order to ``chunk``
+    (the walk measures them next if it goes on; compiling is CPU time, not GPU time)."""
+    missing = [i for i in ids if i not in compiled]
+    if not missing:
+        return []
+    wanted = set(missing)
+    for cid in order:
+        if len(missing) >= chunk:
+            break
+        if cid not in compiled and cid not in wanted:
+            missing.append(cid)
+            wanted.add(cid)
+    return missing
 
 
 def settings_from(args, stated: float) -> SearchSettings:
@@ -169,6 +190,8 @@ def run_search(args, argv: list[str]) -> int:
             first_row = len(rungs.rows)
             refs_done: dict[str, dict[str, dict]] = {}  # the references are checked and timed once a shape
             seen: dict[str, list[Observation]] = {"screen": [], "confirm": []}
+            order = [c.config_id for c in candidates]
+            compiled: set[str] = set()  # precompiled for this shape (Triton specializes on it)
 
             def measure(ids: list[str], rung: str) -> list[Observation]:
                 # a worker started now would be told to wrap up at once: its configs would come
@@ -181,8 +204,10 @@ def run_search(args, argv: list[str]) -> int:
                 batches["n"] += 1
                 rungs.work_dir = work / f"batch{batches['n']}"
                 rungs.work_dir.mkdir()
-                if args.precompile_s > 0 and rung == "screen":  # 0: Triton's cache is warm
-                    precompile([batch], rungs, jobs, args.precompile_s)
+                ahead = compile_ahead(list(ids), order, compiled, max(len(ids), jobs * PRECOMPILE_PER_PROCESS))
+                if args.precompile_s > 0 and ahead:  # 0: Triton's cache is warm
+                    precompile([Group(plan, [shape], ahead)], rungs, jobs, args.precompile_s)
+                    compiled.update(ahead)
                 before = len(rungs.rows)
                 opts = rung_options[rung]
                 # the reference's library is probed once per shape, with its first check

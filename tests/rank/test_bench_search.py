@@ -144,3 +144,22 @@ def test_the_deadline_ends_the_search_with_what_it_has(tmp_path, screen):
     assert set(s["measured_config_ids"]) <= ran
     ids = [r["config_id"] for r in rows if r["record_type"] == "run" and r["run_status"] == "OK"]
     assert s["best_config_id"] in ids or (not ids and s["best_config_id"] is None)
+
+
+def test_precompile_rounds_cover_the_walk_ahead_not_one_batch():
+    """A precompile round costs its processes' start-up, so the search compiles the batch it is
+    about to measure plus the next configs in predicted order, and nothing already compiled."""
+    from kernaudit_pipeline.bench.search import compile_ahead
+
+    order = [f"c{i}" for i in range(20)]
+    compiled: set[str] = set()
+    first = compile_ahead(order[:4], order, compiled, 8)
+    assert first == order[:8]
+    compiled.update(first)
+    assert compile_ahead(order[4:8], order, compiled, 8) == []  # compiled by the first round
+    # a batch that reaches past the compiled prefix: its missing configs first, then the walk ahead
+    assert compile_ahead(order[6:10], order, compiled, 8) == ["c8", "c9", *order[10:16]]
+    # a confirmation batch of screened configs out of order compiles nothing
+    assert compile_ahead(["c3", "c1"], order, compiled, 8) == []
+    # a batch wider than the chunk is compiled whole
+    assert compile_ahead(order[12:20], order, set(), 4) == order[12:20]
