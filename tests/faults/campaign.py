@@ -543,7 +543,7 @@ def cases() -> list[Case]:
         out.append(Case(f"static / {name}", "static", build, None, ok))
         if name.startswith("kernel module") or name.startswith("unknown"):
             out.append(Case(f"rank / {name}", "rank",
-                            lambda d, b=build: ["rank", *b(d)[1:2], "--json"], None, ok))
+                            lambda d, b=build: ["rank", *b(d)[1:], "--json"], None, ok))
     out.append(Case("assess / seed file is fine (control)", "assess",
                     lambda d: ["assess", str(REPO / "examples" / "seed_starter.json"), "--brief"], None, True))
     out.append(Case("bench / no GPU here", "bench", lambda d: ["bench", "gemm", "--out", str(d / "b.jsonl")],
