@@ -32,7 +32,7 @@ from kernaudit_pipeline.kernel_spec import (
 from kernaudit_pipeline.static_resources.describe import bilinear_terms
 
 KERNELS = ["gemm", "fp8_gemm", "flash_attention", "paged_decode_attention", "swiglu_gemm", "rmsnorm_gemm",
-           "w8a16_gemm"]
+           "w8a16_gemm", "w4a16_gemm"]
 REQUIRED = ("NAME", "KERNEL", "DTYPE", "BASELINE_NAME", "CONFIGS", "SHAPES", "TOLERANCE",
             "make_inputs", "launch", "baseline", "reference", "flops", "bytes_moved",
             "compile_args", "grid")
@@ -51,10 +51,12 @@ SMALL_SHAPES = {
     "swiglu_gemm": Shape("small", {"M": 48, "N": 72, "K": 80}),
     "rmsnorm_gemm": Shape("small", {"M": 48, "N": 72, "K": 80}),
     "w8a16_gemm": Shape("small", {"M": 48, "N": 72, "K": 80}),
+    "w4a16_gemm": Shape("small", {"M": 48, "N": 72, "K": 80}),  # N / 8 = 9 packed words
 }
 # Config-space sizes: moderate for the audited kernels; the held-out kernels of the cost model
 # (issue 15) carry a tuning-scale space of >= 300 configs, as a vLLM tuner would sweep.
-SPACE_SIZE = {"swiglu_gemm": (300, 450), "rmsnorm_gemm": (300, 450), "w8a16_gemm": (300, 450)}
+SPACE_SIZE = {"swiglu_gemm": (300, 450), "rmsnorm_gemm": (300, 450), "w8a16_gemm": (300, 450),
+              "w4a16_gemm": (300, 450)}
 
 
 def _mod(name: str):
@@ -67,7 +69,7 @@ def test_every_kernel_file_is_covered() -> None:
 
 def test_heldout_kernels_stay_out_of_the_default_audit_but_load_by_name() -> None:
     default = {p.stem for p in kernel_files()}
-    assert not {"swiglu_gemm", "rmsnorm_gemm", "w8a16_gemm"} & default
+    assert not {"swiglu_gemm", "rmsnorm_gemm", "w8a16_gemm", "w4a16_gemm"} & default
     assert {"gemm", "fp8_gemm"} <= default
     mod = load_kernel_module("swiglu_gemm")
     assert Path(mod.__file__).parent.name == "heldout" and mod.NAME == "swiglu_gemm"
@@ -207,6 +209,14 @@ def test_flops_and_bytes_by_hand() -> None:
     # x 2 B·4096² + int8 W 1 B·4096² + bf16 scales 2 B·(4096/128)·4096 + out 2 B·4096²
     assert w8a16.bytes_moved(o_proj) == 84_148_224
 
+    w4a16 = _mod("w4a16_gemm")
+    down = w4a16.SHAPES[-1]  # M=4096 N=4096 K=14336
+    assert (down["M"], down["N"], down["K"]) == (4096, 4096, 14336)
+    assert w4a16.flops(down) == 481_036_337_152      # 2·4096·4096·14336
+    # x 2 B·4096·14336 + int4 W ½ B·14336·4096 + (14336/128)·4096 bf16 scales (2 B) and int4
+    # zeros (½ B) + out 2 B·4096²
+    assert w4a16.bytes_moved(down) == 117_440_512 + 29_360_128 + 917_504 + 229_376 + 33_554_432
+
 
 def test_grid_by_hand() -> None:
     gemm, fp8 = _mod("gemm"), _mod("fp8_gemm")
@@ -219,6 +229,8 @@ def test_grid_by_hand() -> None:
     assert swiglu.grid(swiglu.SHAPES[0], {"BLOCK_M": 64, "BLOCK_N": 128}) == (1 * 112,)  # M=16
     w8a16 = _mod("w8a16_gemm")
     assert w8a16.grid(w8a16.SHAPES[-1], {"BLOCK_M": 128, "BLOCK_N": 256}) == (32 * 16,)  # M=4096
+    w4a16 = _mod("w4a16_gemm")
+    assert w4a16.grid(w4a16.SHAPES[0], {"BLOCK_M": 16, "BLOCK_N": 64}) == (1 * 64,)  # M=16
 
 
 def test_swiglu_space_has_spills_and_smem_overflows_to_rank() -> None:
@@ -253,6 +265,46 @@ def test_w8a16_space_keeps_one_scale_row_per_k_step() -> None:
         w8a16.kernel_args({**inputs, "scales": inputs["scales"][:1]}, w8a16.CONFIGS[0])
 
 
+def test_w4a16_space_keeps_one_zero_and_scale_row_per_k_step() -> None:
+    """As for w8a16: every BLOCK_K divides the quantization group, and BLOCK_N is whole int32
+    words. The weight operand costs half a byte plus its share of a bf16 scale and a 4-bit zero
+    point per element."""
+    w4a16 = _mod("w4a16_gemm")
+    gs = w4a16.GROUP_SIZE
+    assert gs == 128
+    assert all(c["BLOCK_K"] <= gs and gs % c["BLOCK_K"] == 0 for c in w4a16.CONFIGS)
+    assert all(c["BLOCK_N"] % 8 == 0 and c["BLOCK_M"] * c["BLOCK_N"] <= 128 * 256
+               for c in w4a16.CONFIGS)
+    assert {c["BLOCK_K"] for c in w4a16.CONFIGS} == {32, 64, 128}
+    assert {c["GROUP_M"] for c in w4a16.CONFIGS} == {1, 8}
+    assert {c["num_warps"] for c in w4a16.CONFIGS} == {4, 8}
+    assert {c["num_stages"] for c in w4a16.CONFIGS} == {2, 3, 4, 5}
+    assert len(w4a16.SHAPES) == 4 and len({(s["N"], s["K"]) for s in w4a16.SHAPES}) == 1
+    terms = bilinear_terms(w4a16.bytes_moved, w4a16.SHAPES[0])
+    assert terms == {("K", "M"): 2.0, ("K", "N"): 0.5 + 2.5 / gs, ("M", "N"): 2.0}
+    inputs = w4a16.make_inputs(Shape("t", {"M": 16, "N": 32, "K": 256}), "meta", 0)
+    assert inputs["qweight"].shape == (256, 4) and inputs["qzeros"].shape == (2, 4)
+    assert inputs["qweight"].dtype == inputs["qzeros"].dtype == torch.int32
+    assert inputs["scales"].shape == (2, 32)
+    with pytest.raises(ValueError, match="do not chain"):
+        w4a16.kernel_args({**inputs, "qzeros": inputs["qzeros"][:1]}, w4a16.CONFIGS[0])
+
+
+def test_w4a16_packs_in_awq_order() -> None:
+    """Nibble i of a word holds column [0, 2, 4, 6, 1, 3, 5, 7][i] of its eight (AutoAWQ's
+    pack order), the sign bit of nibble 7 included; ``unpack_int4`` inverts ``pack_int4``."""
+    w4a16 = _mod("w4a16_gemm")
+    q = torch.tensor([[1, 2, 3, 4, 5, 6, 7, 8], [15, 0, 0, 0, 0, 0, 0, 9]], dtype=torch.int32)
+    words = w4a16.pack_int4(q)
+    assert words.dtype == torch.int32 and words.shape == (2, 1)
+    assert [w & 0xFFFFFFFF for w in words[:, 0].tolist()] == [0x86427531, 0x9000000F]
+    assert torch.equal(w4a16.unpack_int4(words), q)
+    inputs = w4a16.make_inputs(Shape("t", {"M": 4, "N": 64, "K": 200}), "cpu", 3)
+    values = w4a16.unpack_int4(inputs["qweight"])
+    assert values.min() == 0 and values.max() == 15  # the min/max scaling uses the whole range
+    assert torch.equal(w4a16.pack_int4(values), inputs["qweight"])
+
+
 def test_fp8_references_are_the_bf16_layer_and_scaled_mm_on_the_same_values() -> None:
     """Both references compute the kernel's GEMM from the same quantized values and pass their
     own tolerance against the fp32 reference (torch runs both on the CPU too)."""
@@ -284,6 +336,8 @@ CLEAN = {
     "rmsnorm_gemm": {"BLOCK_M": 64, "BLOCK_N": 128, "BLOCK_K": 64, "GROUP_M": 8,
                      "num_warps": 4, "num_stages": 3},
     "w8a16_gemm": {"BLOCK_M": 64, "BLOCK_N": 128, "BLOCK_K": 64, "GROUP_M": 8,
+                   "num_warps": 4, "num_stages": 3},
+    "w4a16_gemm": {"BLOCK_M": 64, "BLOCK_N": 128, "BLOCK_K": 64, "GROUP_M": 8,
                    "num_warps": 4, "num_stages": 3},
 }
 

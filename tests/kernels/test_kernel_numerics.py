@@ -129,6 +129,25 @@ CASES["w8a16_gemm"] = [
                 "num_warps": 4, "num_stages": 2}, "dtype": "float16"},
 ]
 
+CASES["w4a16_gemm"] = [
+    # four K steps inside one 128-row group: one zero and scale row
+    {"id": "w4a16_64x64x128", "dims": {"M": 64, "N": 64, "K": 128},
+     "config": _GEMM_CFG, "dtype": "float16"},
+    # ragged M and N (9 packed words: the word offsets wrap % N // 8), and a K tail inside a
+    # single partial group: the masked rows unpack to q = 0, nonzero after the zero point, and
+    # the zeroed x columns must cancel them
+    {"id": "w4a16_ragged_50x72x80", "dims": {"M": 50, "N": 72, "K": 80},
+     "config": _GEMM_CFG, "dtype": "float16"},
+    # three groups (128, 128, 32): each step reads its own group's zero and scale rows
+    {"id": "w4a16_decode_16x96x288", "dims": {"M": 16, "N": 96, "K": 288},
+     "config": {"BLOCK_M": 16, "BLOCK_N": 32, "BLOCK_K": 64, "GROUP_M": 1,
+                "num_warps": 4, "num_stages": 2}, "dtype": "float16"},
+    # BLOCK_K = GROUP_SIZE and a 64-wide tile (8 words a row)
+    {"id": "w4a16_bk128_32x128x384", "dims": {"M": 32, "N": 128, "K": 384},
+     "config": {"BLOCK_M": 32, "BLOCK_N": 64, "BLOCK_K": 128, "GROUP_M": 1,
+                "num_warps": 4, "num_stages": 2}, "dtype": "float16"},
+]
+
 SEED = random.SystemRandom().randrange(2**31)
 
 
