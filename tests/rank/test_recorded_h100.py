@@ -1,4 +1,4 @@
-"""The committed H100 records of 2026-12-05 and 12-06 (issue 9's cross-check, issue 15's held-out searches)
+"""The committed device records of 2026-12-05 and 12-06 (H100, and the H200 for w4a16_gemm: issue 9's cross-check, issue 15's held-out searches)
 read back the way docs/benchmarks.md reports them: the scripts and modules that produced the
 figures, run on the recorded files, give the same figures (nothing here needs a GPU)."""
 
@@ -119,6 +119,11 @@ HELD_OUT_SCORES = {
         "llama3_8b_w8a16_o_proj_m4096": (320, 1.004, 1.000)},
     ("w8a16_gemm.h100.ranking.json", "w8a16_h100_exhaustive_m4096_rerun_2026-12-06.jsonl.gz"): {
         "llama3_8b_w8a16_o_proj_m4096": (404, 1.039, 1.002)},
+    # the fourth held-out kernel, on the H200 (its H200 ranking); M=1024 was cut at 176 of 401
+    # (the model's pick among them unmeasured) and M=4096 not reached, so neither is scored
+    ("w4a16_gemm.ranking.json", "w4a16_h200_exhaustive_m16_m128_m1024_2026-12-06.jsonl.gz"): {
+        "llama3_8b_w4a16_down_proj_m16": (401, 1.004, 1.004),
+        "llama3_8b_w4a16_down_proj_m128": (401, 1.240, 1.000)},
 }
 
 
@@ -144,24 +149,37 @@ def test_a_held_out_kernel_scores_from_its_committed_ranking(ranking_file, sweep
         assert round(min(measured[c] for c in order[:5]) / best, 3) == top5
 
 
-def test_the_live_w8a16_search_picked_the_exhaustive_best_at_a_fraction_of_its_gpu_time():
-    """The search of 2026-12-06 (its own device call, the H100 ranking): at M=16 and 128 it
-    stopped by its own rule, at M=1024 the call's deadline stopped it; each pick is the best
-    config of the exhaustive sweep, for a few per cent of that sweep's GPU-seconds."""
+# The live searches of 2026-12-06, each in the order of the ranking committed before any GPU
+# time, against the exhaustive sweep of the same space: (stop, configs measured, the pick's
+# value over the exhaustive best, at most, and its share of the sweep's GPU-seconds, at most)
+LIVE_SEARCHES = {
+    # its own H100 call; M=1024 ended by the deadline, M=4096 not reached
+    ("w8a16_h100_search_2026-12-06.summary.json", "w8a16_h100_exhaustive_m16_m128_m1024_m4096_2026-12-06.jsonl.gz"): {
+        "llama3_8b_w8a16_o_proj_m16": ("NO_PLAUSIBLE_WINNER", 32, 1.000, 0.04),
+        "llama3_8b_w8a16_o_proj_m128": ("NO_PLAUSIBLE_WINNER", 72, 1.000, 0.08),
+        "llama3_8b_w8a16_o_proj_m1024": ("DEADLINE", 88, 1.000, 0.14)},
+    # the H200 call right after the exhaustive sweep, on the same warm machine
+    ("w4a16_h200_search_m16_m128_2026-12-06.summary.json", "w4a16_h200_exhaustive_m16_m128_m1024_2026-12-06.jsonl.gz"): {
+        "llama3_8b_w4a16_down_proj_m16": ("NO_PLAUSIBLE_WINNER", 40, 1.005, 0.05),
+        "llama3_8b_w4a16_down_proj_m128": ("NO_PLAUSIBLE_WINNER", 40, 1.005, 0.05)},
+}
+
+
+@pytest.mark.parametrize("summary_file,sweep_file", list(LIVE_SEARCHES))
+def test_a_live_search_picked_near_the_exhaustive_best_for_a_fraction_of_its_gpu_time(summary_file, sweep_file):
+    """Each pick, read inside the exhaustive sweep (one clock), is within the issue's 1.02x of
+    its best, for a few per cent of that sweep's GPU-seconds (checks and timing loops of
+    every row, references included)."""
     from kernaudit_pipeline.rank.search import row_gpu_seconds
 
-    summaries = {s["shape_name"]: s for s in
-                 json.loads((RANK / "w8a16_h100_search_2026-12-06.summary.json").read_text())}
-    with gzip.open(RANK / "w8a16_h100_exhaustive_m16_m128_m1024_m4096_2026-12-06.jsonl.gz", "rt") as fh:
+    summaries = {s["shape_name"]: s for s in json.loads((RANK / summary_file).read_text())}
+    with gzip.open(RANK / sweep_file, "rt") as fh:
         full = [json.loads(line) for line in fh if line.strip()]
-    expect = {"llama3_8b_w8a16_o_proj_m16": ("NO_PLAUSIBLE_WINNER", 32, 0.04),
-              "llama3_8b_w8a16_o_proj_m128": ("NO_PLAUSIBLE_WINNER", 72, 0.08),
-              "llama3_8b_w8a16_o_proj_m1024": ("DEADLINE", 88, 0.14)}
-    for shape, (stop, measured, share) in expect.items():
+    for shape, (stop, measured, within, share) in LIVE_SEARCHES[(summary_file, sweep_file)].items():
         s = summaries[shape]
         ex = [r for r in full if r.get("shape_name") == shape and r["record_type"] in ("run", "baseline")]
         timed = {r["config_id"]: 1.0 / r["speedup"] for r in ex if r["record_type"] == "run" and r["run_status"] == "OK"}
-        assert s["stop_reason"] == stop and s["measured"] == measured and s["candidates"] == 404
-        assert timed[s["best_config_id"]] == min(timed.values())
+        assert s["stop_reason"] == stop and s["measured"] == measured
+        assert s["candidates"] == len(timed)  # the search walked the space the sweep timed
+        assert timed[s["best_config_id"]] / min(timed.values()) <= within <= 1.02
         assert s["gpu_seconds"] / sum(row_gpu_seconds(r) for r in ex) < share
-    assert summaries["llama3_8b_w8a16_o_proj_m4096"]["measured"] == 0
