@@ -78,7 +78,7 @@ if [[ " $STEPS " == *" exhaustive "* ]]; then
   echo "== exhaustive paired sweep (left $(left) s)"
   t0=$(date +%s)
   "$PY" -m kernaudit_pipeline.bench.runner "${COMMON[@]}" --out "$OUT/${TAG}_exhaustive.jsonl" \
-    --precompile-s 150 --deadline-s "$(budget 400 "$SEARCH_RESERVE_S")"
+    --precompile-s 150 --deadline-s "$(budget "$BUDGET_S" "$SEARCH_RESERVE_S")"
   echo "exhaustive exit $?, $(( $(date +%s) - t0 )) s wall"
   PRECOMPILE_SEARCH=0   # Triton's cache is warm
 fi
@@ -89,7 +89,7 @@ if [[ " $STEPS " == *" search "* ]]; then
   read -r -a search_extra <<< "$SEARCH_ARGS"
   "$PY" -m kernaudit_pipeline.bench.runner "${COMMON[@]}" --search --ranking "$RANKING" "${search_extra[@]}" \
     --out "$OUT/${TAG}_search.jsonl" --search-summary "$OUT/${TAG}_search_summary.json" \
-    --precompile-s "${PRECOMPILE_SEARCH:-100}" --deadline-s "$(budget 400 5)"
+    --precompile-s "${PRECOMPILE_SEARCH:-100}" --deadline-s "$(budget "$BUDGET_S" 5)"
   echo "search exit $?, $(( $(date +%s) - t0 )) s wall"
 fi
 
