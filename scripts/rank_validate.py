@@ -145,7 +145,8 @@ def _live_search(summary_paths: list[Path], search_jsonls: list[Path], exhaustiv
         # either rung wrote (the screening rows of the confirmed configs too)
         se_s = float(s["gpu_seconds"]) if isinstance(s.get("gpu_seconds"), (int, float)) \
             else sum(row_gpu_seconds(r) for r in mine)
-        spent, total = spent + se_s, total + ex_s
+        if s.get("measured"):  # a bucket the search never reached adds nothing to either total
+            spent, total = spent + se_s, total + ex_s
         best = min((_value(r) for r in timed.values()), default=math.inf)
         pick = s.get("best_config_id")
         ratio = _value(timed[pick]) / best if pick in timed else math.nan
@@ -154,7 +155,7 @@ def _live_search(summary_paths: list[Path], search_jsonls: list[Path], exhaustiv
                      + (f" ({confirmed} confirmed)" if confirmed else "") + f" | `{pick}` | {_fmt(ratio)}× | "
                      f"{_fmt(s.get('best_speedup') or math.nan)}× | {se_s:.1f} / {ex_s:.1f} "
                      f"({100 * se_s / max(ex_s, 1e-9):.0f} %) | {s['stop_reason'].lower()} |")
-    lines += ["", f"All shapes: {spent:.1f} of {total:.1f} GPU-s ({100 * spent / max(total, 1e-9):.0f} %)."]
+    lines += ["", f"All shapes searched: {spent:.1f} of {total:.1f} GPU-s ({100 * spent / max(total, 1e-9):.0f} %)."]
     return lines
 
 

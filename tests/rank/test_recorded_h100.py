@@ -48,7 +48,7 @@ def test_the_live_search_table_reads_the_two_rung_summary(tmp_path):
     # the pick's paired value in the exhaustive run over that run's best
     assert "`BK32_BM128_BN128_GM8_s5_w8` | 1.000×" in rows["llama3_8b_gate_up_m1024"]
     assert "`BK64_BM16_BN128_GM1_s3_w4` | 1.000×" in rows["llama3_8b_gate_up_m16"]
-    assert lines[-1] == "All shapes: 10.7 of 68.5 GPU-s (16 %)."
+    assert lines[-1] == "All shapes searched: 10.7 of 68.5 GPU-s (16 %)."
 
 
 def test_the_held_out_searches_of_2026_12_06_read_together(tmp_path):
@@ -64,7 +64,7 @@ def test_the_held_out_searches_of_2026_12_06_read_together(tmp_path):
     assert all(" | 1.000× | " in row for row in rows.values())  # the pick is the exhaustive best
     assert "3.0 / 42.4 (7 %)" in rows["llama3_8b_norm_qkv_m16"]
     assert "6.9 / 25.1 (28 %)" in rows["llama3_8b_norm_qkv_m4096"]
-    assert lines[-1] == "All shapes: 20.6 of 138.8 GPU-s (15 %)."
+    assert lines[-1] == "All shapes searched: 20.6 of 138.8 GPU-s (15 %)."
 
 
 SEARCHES = [STEM.format("search"), "swiglu_h100_search_m128_m4096_2026-12-06",
