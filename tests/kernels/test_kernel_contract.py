@@ -32,7 +32,7 @@ from kernaudit_pipeline.kernel_spec import (
 from kernaudit_pipeline.static_resources.describe import bilinear_terms
 
 KERNELS = ["gemm", "fp8_gemm", "flash_attention", "paged_decode_attention", "swiglu_gemm", "rmsnorm_gemm",
-           "w8a16_gemm", "w4a16_gemm"]
+           "w8a16_gemm", "w4a16_gemm", "fp8_block_gemm"]
 REQUIRED = ("NAME", "KERNEL", "DTYPE", "BASELINE_NAME", "CONFIGS", "SHAPES", "TOLERANCE",
             "make_inputs", "launch", "baseline", "reference", "flops", "bytes_moved",
             "compile_args", "grid")
@@ -52,11 +52,12 @@ SMALL_SHAPES = {
     "rmsnorm_gemm": Shape("small", {"M": 48, "N": 72, "K": 80}),
     "w8a16_gemm": Shape("small", {"M": 48, "N": 72, "K": 80}),
     "w4a16_gemm": Shape("small", {"M": 48, "N": 72, "K": 80}),  # N / 8 = 9 packed words
+    "fp8_block_gemm": Shape("small", {"M": 48, "N": 72, "K": 80}),  # one (partial) scale block
 }
 # Config-space sizes: moderate for the audited kernels; the held-out kernels of the cost model
 # (issue 15) carry a tuning-scale space of >= 300 configs, as a vLLM tuner would sweep.
 SPACE_SIZE = {"swiglu_gemm": (300, 450), "rmsnorm_gemm": (300, 450), "w8a16_gemm": (300, 450),
-              "w4a16_gemm": (300, 450)}
+              "w4a16_gemm": (300, 450), "fp8_block_gemm": (300, 450)}
 
 
 def _mod(name: str):
@@ -69,7 +70,8 @@ def test_every_kernel_file_is_covered() -> None:
 
 def test_heldout_kernels_stay_out_of_the_default_audit_but_load_by_name() -> None:
     default = {p.stem for p in kernel_files()}
-    assert not {"swiglu_gemm", "rmsnorm_gemm", "w8a16_gemm", "w4a16_gemm"} & default
+    assert not {"swiglu_gemm", "rmsnorm_gemm", "w8a16_gemm", "w4a16_gemm",
+                "fp8_block_gemm"} & default
     assert {"gemm", "fp8_gemm"} <= default
     mod = load_kernel_module("swiglu_gemm")
     assert Path(mod.__file__).parent.name == "heldout" and mod.NAME == "swiglu_gemm"
@@ -217,6 +219,14 @@ def test_flops_and_bytes_by_hand() -> None:
     # zeros (½ B) + out 2 B·4096²
     assert w4a16.bytes_moved(down) == 117_440_512 + 29_360_128 + 917_504 + 229_376 + 33_554_432
 
+    fp8b = _mod("fp8_block_gemm")
+    gate_up = fp8b.SHAPES[-1]  # M=4096 N=4096 K=7168
+    assert (gate_up["M"], gate_up["N"], gate_up["K"]) == (4096, 4096, 7168)
+    assert fp8b.flops(gate_up) == 240_518_168_576     # 2·4096·4096·7168
+    # e4m3 A 1 B·4096·7168 + e4m3 W 1 B·7168·4096 + fp32 scales 4 B·(4096·56 of A + 32·56 of
+    # W) + bf16 out 2 B·4096²
+    assert fp8b.bytes_moved(gate_up) == 29_360_128 + 29_360_128 + 917_504 + 7_168 + 33_554_432
+
 
 def test_grid_by_hand() -> None:
     gemm, fp8 = _mod("gemm"), _mod("fp8_gemm")
@@ -231,6 +241,9 @@ def test_grid_by_hand() -> None:
     assert w8a16.grid(w8a16.SHAPES[-1], {"BLOCK_M": 128, "BLOCK_N": 256}) == (32 * 16,)  # M=4096
     w4a16 = _mod("w4a16_gemm")
     assert w4a16.grid(w4a16.SHAPES[0], {"BLOCK_M": 16, "BLOCK_N": 64}) == (1 * 64,)  # M=16
+    fp8b = _mod("fp8_block_gemm")
+    assert fp8b.grid(fp8b.SHAPES[0], {"BLOCK_M": 16, "BLOCK_N": 32}) == (1 * 128,)  # M=16
+    assert fp8b.grid(fp8b.SHAPES[-1], {"BLOCK_M": 128, "BLOCK_N": 256}) == (32 * 16,)  # M=4096
 
 
 def test_swiglu_space_has_spills_and_smem_overflows_to_rank() -> None:
@@ -305,6 +318,68 @@ def test_w4a16_packs_in_awq_order() -> None:
     assert torch.equal(w4a16.pack_int4(values), inputs["qweight"])
 
 
+def test_fp8_block_space_keeps_one_scale_group_per_k_step() -> None:
+    """Every BLOCK_K divides the 128-wide scale group, so each K step reads one activation
+    scale per row and one weight scale per column. Both operands cost one byte per element
+    plus their share of the fp32 scales: one per 128 K of a token, one per 128 x 128 block of
+    W."""
+    fp8b = _mod("fp8_block_gemm")
+    gs = fp8b.GROUP_SIZE
+    assert gs == 128
+    assert all(c["BLOCK_K"] <= gs and gs % c["BLOCK_K"] == 0 for c in fp8b.CONFIGS)
+    assert all(c["BLOCK_M"] * c["BLOCK_N"] <= 128 * 256 for c in fp8b.CONFIGS)
+    assert {c["BLOCK_K"] for c in fp8b.CONFIGS} == {32, 64, 128}
+    assert {c["BLOCK_N"] for c in fp8b.CONFIGS} == {32, 64, 128, 256}
+    assert {c["GROUP_M"] for c in fp8b.CONFIGS} == {1, 8}
+    assert {c["num_warps"] for c in fp8b.CONFIGS} == {4, 8}
+    assert {c["num_stages"] for c in fp8b.CONFIGS} == {2, 3, 4, 5}
+    assert config_id(fp8b.CONFIGS[0]) == "BK32_BM16_BN32_GM1_s2_w4"
+    assert len(fp8b.SHAPES) == 4 and len({(s["N"], s["K"]) for s in fp8b.SHAPES}) == 1
+    assert [s["M"] for s in fp8b.SHAPES] == [16, 128, 1024, 4096]
+    assert all(s["N"] % gs == 0 and s["K"] % gs == 0 for s in fp8b.SHAPES)
+    terms = bilinear_terms(fp8b.bytes_moved, fp8b.SHAPES[0])
+    assert terms == {("K", "M"): 1.0 + 4.0 / gs, ("K", "N"): 1.0 + 4.0 / gs**2,
+                     ("M", "N"): 2.0}
+    inputs = fp8b.make_inputs(Shape("t", {"M": 16, "N": 200, "K": 300}), "meta", 0)
+    assert inputs["a"].dtype == inputs["b"].dtype == torch.float8_e4m3fn
+    assert inputs["b"].shape == (300, 200) and inputs["b"].stride() == (1, 300)  # W is (N, K)
+    assert inputs["a_scale"].shape == (16, 3) and inputs["b_scale"].shape == (2, 3)
+    assert inputs["a_scale"].dtype == inputs["b_scale"].dtype == torch.float32
+    with pytest.raises(ValueError, match="do not chain"):
+        fp8b.kernel_args({**inputs, "b_scale": inputs["b_scale"][:1]}, fp8b.CONFIGS[0])
+    with pytest.raises(ValueError, match="do not chain"):
+        fp8b.kernel_args({**inputs, "a_scale": inputs["a_scale"][:, :2]}, fp8b.CONFIGS[0])
+
+
+def test_fp8_block_reference_is_the_blockwise_dequantized_product() -> None:
+    """The module's reference and baseline against a dequantize-then-matmul written here
+    element by element from the block definition (scale of A by token and k // 128, of W by
+    n // 128 and k // 128), at sizes that leave partial blocks in N and K; the scales map
+    each block's absolute max to 448."""
+    fp8b = _mod("fp8_block_gemm")
+    M, N, K = 5, 200, 300
+    inputs = fp8b.make_inputs(Shape("t", {"M": M, "N": N, "K": K}), "cpu", 4)
+    a, w = inputs["a"].float(), inputs["b"].t().float()  # (M, K), (N, K)
+    k = torch.arange(K)
+    a_deq = a * inputs["a_scale"][:, k // 128]
+    w_deq = w * inputs["b_scale"][torch.arange(N)[:, None] // 128, k[None, :] // 128]
+    expected = a_deq.double() @ w_deq.double().t()
+    ref = fp8b.reference(inputs)
+    assert ref.dtype == torch.float32
+    assert torch.allclose(ref.double(), expected, rtol=1e-5, atol=1e-5)
+    base = fp8b.baseline(inputs)
+    assert base.dtype == torch.bfloat16 and base.shape == (M, N)
+    assert float((base.double() - expected).norm() / expected.norm()) <= fp8b.TOLERANCE.max_rel_l2
+    # Per-block absmax scaling: every block reaches +-448 (partial edge blocks included).
+    a_blocks = torch.nn.functional.pad(a.abs(), (0, 84)).view(M, 3, 128).amax(-1)
+    assert torch.all(a_blocks == fp8b.FP8_MAX)
+    w_blocks = torch.nn.functional.pad(w.abs(), (0, 84, 0, 56)).view(2, 128, 3, 128)
+    assert torch.all(w_blocks.amax(dim=(1, 3)) == fp8b.FP8_MAX)
+    # The block magnitudes differ, so a kernel reading a neighbouring block's scale would fail.
+    assert float(inputs["b_scale"].max() / inputs["b_scale"].min()) > 1.5
+    assert float(inputs["a_scale"].max() / inputs["a_scale"].min()) > 1.5
+
+
 def test_fp8_references_are_the_bf16_layer_and_scaled_mm_on_the_same_values() -> None:
     """Both references compute the kernel's GEMM from the same quantized values and pass their
     own tolerance against the fp32 reference (torch runs both on the CPU too)."""
@@ -339,6 +414,8 @@ CLEAN = {
                    "num_warps": 4, "num_stages": 3},
     "w4a16_gemm": {"BLOCK_M": 64, "BLOCK_N": 128, "BLOCK_K": 64, "GROUP_M": 8,
                    "num_warps": 4, "num_stages": 3},
+    "fp8_block_gemm": {"BLOCK_M": 64, "BLOCK_N": 128, "BLOCK_K": 128, "GROUP_M": 8,
+                       "num_warps": 4, "num_stages": 3},
 }
 
 

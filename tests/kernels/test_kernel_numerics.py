@@ -148,6 +148,25 @@ CASES["w4a16_gemm"] = [
                 "num_warps": 4, "num_stages": 2}, "dtype": "float16"},
 ]
 
+CASES["fp8_block_gemm"] = [
+    # four K steps inside one 128-wide K group: one activation and one weight scale each
+    {"id": "fp8_block_64x64x128", "dims": {"M": 64, "N": 64, "K": 128}, "config": _GEMM_CFG},
+    # ragged M and N (wrap-around loads, masked store), and a K tail inside a single partial
+    # group: the masked e4m3 columns must add nothing whatever the scales
+    {"id": "fp8_block_ragged_50x72x80", "dims": {"M": 50, "N": 72, "K": 80},
+     "config": _GEMM_CFG},
+    # three K groups (128, 128, 32), and 32-wide tiles, four to a 128-wide weight block: the
+    # last tile-column lies in the second block
+    {"id": "fp8_block_decode_16x160x288", "dims": {"M": 16, "N": 160, "K": 288},
+     "config": {"BLOCK_M": 16, "BLOCK_N": 32, "BLOCK_K": 64, "GROUP_M": 1,
+                "num_warps": 4, "num_stages": 2}},
+    # BLOCK_K = 128, one step per group, and a 256-wide tile spanning two weight blocks; N =
+    # 300 ends in a partial block, and the second tile-column wraps round to the first
+    {"id": "fp8_block_bk128_bn256_40x300x384", "dims": {"M": 40, "N": 300, "K": 384},
+     "config": {"BLOCK_M": 32, "BLOCK_N": 256, "BLOCK_K": 128, "GROUP_M": 2,
+                "num_warps": 4, "num_stages": 2}},
+]
+
 SEED = random.SystemRandom().randrange(2**31)
 
 
@@ -165,7 +184,8 @@ def _measure(kernel: str, seed: int) -> None:
         kwargs = {"dtype": getattr(torch, case["dtype"])} if "dtype" in case else {}
         inputs = mod.make_inputs(shape, "cpu", seed + i, **kwargs)
         ref = mod.reference(inputs).float()
-        poisoned = torch.full_like(mod.baseline(inputs), float("nan"))
+        base = mod.baseline(inputs)
+        poisoned = torch.full_like(base, float("nan"))
         out = mod.launch(inputs, case["config"], out=poisoned)
         diff = out.float() - ref
         print(json.dumps({
@@ -174,6 +194,8 @@ def _measure(kernel: str, seed: int) -> None:
             "out_dtype": str(out.dtype),
             "nan_count": int(torch.isnan(out).sum()),
             "rel_l2": float(diff.norm() / ref.norm()),
+            # against the PyTorch baseline (dequantize, then matmul) on the same inputs
+            "baseline_rel_l2": float((out.float() - base.float()).norm() / base.float().norm()),
             "max_excess": float((diff.abs() - (tol.atol + tol.rtol * ref.abs())).max()),
         }), flush=True)
 
@@ -212,6 +234,21 @@ def test_kernel_matches_reference_under_interpreter(kernel: str, case_id: str) -
 def test_fp8_kernel_keeps_bf16_output() -> None:
     r = _results("fp8_gemm")["fp8_64x48x160"]
     assert r["out_dtype"] == "torch.bfloat16"
+
+
+@pytest.mark.parametrize("case_id", [c["id"] for c in CASES["fp8_block_gemm"]])
+def test_fp8_block_kernel_matches_the_dequantize_then_matmul_baseline(case_id: str) -> None:
+    """The block-scaled kernel writes bf16 and agrees with the PyTorch baseline (both operands
+    dequantized to bf16 with their block scales, then matmul) as well as with the fp32
+    reference."""
+    from kernaudit_pipeline.kernel_spec import load_kernel_module
+
+    tol = load_kernel_module("fp8_block_gemm").TOLERANCE
+    r = _results("fp8_block_gemm")[case_id]
+    assert r["out_dtype"] == "torch.bfloat16"
+    assert r["baseline_rel_l2"] <= tol.max_rel_l2, (
+        f"fp8_block_gemm/{case_id} seed={SEED}: rel L2 {r['baseline_rel_l2']:.3g} against the "
+        f"baseline > {tol.max_rel_l2}")
 
 
 if __name__ == "__main__":
