@@ -96,9 +96,6 @@ class Features:
     # in the longest program); 0 where the SASS or the family's trip count is unknown
     loop_instructions: int = 0
     loop_local_ops: int = 0
-    # cycles one iteration takes for one block on one scheduler, its own dependencies and
-    # barriers included (static_resources.sass_schedule); 0 where unread
-    loop_cycles: int = 0
     loop_trips: float = 0.0
     loop_trips_max: float = 0.0
 
@@ -299,6 +296,5 @@ def build(desc: KernelDescription, result: StaticResult, gpu: GPUSpec, sm: SMRes
         wgmma_waits_injected=bool(result.wgmma_waits_injected),
         loop_instructions=int(result.loop_instructions or 0),
         loop_local_ops=int(result.loop_local_ops or 0),
-        loop_cycles=int(result.loop_cycles or 0),
         loop_trips=float(trips), loop_trips_max=float(trips_max),
     )

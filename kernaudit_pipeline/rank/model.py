@@ -19,11 +19,9 @@ which is where wave quantization and the tail come in):
 - the hot loop (``features.loop_*``, read from the cubin's SASS), block by block: within one
   block the warps that issue the MMAs also run the loop's other work (a fused norm's
   reduction, a weight tile's dequantization, reloads of spilled registers), so a program takes
-  its MMA time *plus* ``trips`` times its loop body: the cycles the body's own schedule takes
-  (``features.loop_cycles``: its dependency chains, the conversion pipe and its barriers, for
-  the block's warps on one scheduler) at ``cycle_s`` each, or ``cpi`` per instruction where the
-  body was not scheduled, and a spill reload ``local_op`` longer; the resident blocks of one
-  round run side by side, so this serial time counts once per round, ``ceil(n / blocks_per_SM)`` rounds. This and the compute term are two
+  its MMA time *plus* ``trips`` times its loop body at ``cpi`` per instruction (a spill reload
+  ``local_op`` longer); the resident blocks of one round run side by side, so this serial time
+  counts once per round, ``ceil(n / blocks_per_SM)`` rounds. This and the compute term are two
   bounds on the same timeline (the tensor cores' throughput, one block's serial path), so the
   larger of the two enters the soft maximum. With several blocks resident the compute term is
   the larger; a lone block (255 registers, a deep pipeline's shared memory) is where the loop's
@@ -74,7 +72,6 @@ class Params:
     serialized: float = 0.30     # efficiency lost when ptxas serializes the wgmmas
     waits: float = 0.15          # efficiency lost when ptxas injects waits on their accumulators
     cpi_s: float = 2.0e-9        # average time a warp spends per loop instruction (~4 cycles)
-    cycle_s: float = 0.505e-9    # one scheduler cycle of the loop's own schedule (1.98 GHz)
     local_op_s: float = 15e-9    # extra time per local-memory (spill) op in the loop
     issue_s: float = 0.505e-9    # one warp instruction per scheduler per cycle at 1.98 GHz
 
@@ -93,7 +90,7 @@ FITTED: dict[str, tuple[float, float]] = {
     "l2_bytes_per_s": (3e12, 30e12), "e_dram": (0.4, 1.0), "mem_latency_s": (0.2e-6, 6e-6),
     "round_overhead_s": (0.0, 10e-6), "launch_s": (0.0, 20e-6),
     "serialized": (0.0, 0.8), "waits": (0.0, 0.6), "lone_block": (0.0, 1.0), "short_k": (0.0, 0.5),
-    "cycle_s": (0.3e-9, 3e-9), "local_op_s": (0.0, 100e-9),
+    "cpi_s": (0.505e-9, 10e-9), "local_op_s": (0.0, 100e-9),
 }
 
 
@@ -177,10 +174,7 @@ def predict(f: Features, params: Params) -> Breakdown:
                  params.l2_bytes_per_s / sms)
     critical = f.max_load_bytes_per_program / max(stream, 1.0)
     rounds = math.ceil(n / max(f.blocks_per_sm, 1))
-    # One iteration: its own schedule where the SASS was scheduled (dependencies, barriers and
-    # the conversion pipe included), else a flat time per instruction.
-    body = f.loop_cycles * params.cycle_s if f.loop_cycles else f.loop_instructions * params.cpi_s
-    per_iteration = body + f.loop_local_ops * params.local_op_s
+    per_iteration = f.loop_instructions * params.cpi_s + f.loop_local_ops * params.local_op_s
     mma_longest = f.flops_per_program / (f.peak_flops / sms * e)
     if f.loop_trips > 0:
         mma_longest *= f.loop_trips_max / f.loop_trips

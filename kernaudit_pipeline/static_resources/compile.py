@@ -70,9 +70,9 @@ class Resources:
         }
 
 
-def _loop_profile(cubin: bytes, num_warps: int) -> LoopProfile | None:
+def _loop_profile(cubin: bytes) -> LoopProfile | None:
     try:
-        return hot_loop(cubin_sass(cubin), num_warps)
+        return hot_loop(cubin_sass(cubin))
     except ToolError:
         return None
 
@@ -157,7 +157,7 @@ def compile_specialized(kernel: Any, spec: Specialization, capability: int, num_
         tmem_columns=getattr(ck.metadata, "tmem_size", None),
         compile_seconds=seconds,
         wgmma=wgmma_diagnostics(log),
-        loop=_loop_profile(ck.asm["cubin"], num_warps),
+        loop=_loop_profile(ck.asm["cubin"]),
     )
 
 

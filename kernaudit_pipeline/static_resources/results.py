@@ -92,7 +92,6 @@ class StaticResult:
     loop_instructions: int | None = None
     loop_mma_ops: int | None = None
     loop_local_ops: int | None = None
-    loop_cycles: int | None = None  # one iteration, one block, one scheduler (``sass_schedule``)
 
     @property
     def spills(self) -> bool | None:
@@ -109,7 +108,6 @@ NUMBER_FIELDS: MappingProxyType[str, tuple[type, ...]] = MappingProxyType({
     "tmem_columns": (int,), "compile_seconds": (int, float),
     "wgmma_serialized": (int,), "wgmma_waits_injected": (int,),
     "loop_instructions": (int,), "loop_mma_ops": (int,), "loop_local_ops": (int,),
-    "loop_cycles": (int,),
 })
 
 
@@ -153,7 +151,7 @@ def make_result(*, kernel_name: str, config: dict, shape_name: str, arch: ArchSp
         wgmma_serialized=None if n["wgmma_serialized"] is None else bool(n["wgmma_serialized"]),
         wgmma_waits_injected=None if n["wgmma_waits_injected"] is None else bool(n["wgmma_waits_injected"]),
         loop_instructions=n["loop_instructions"], loop_mma_ops=n["loop_mma_ops"],
-        loop_local_ops=n["loop_local_ops"], loop_cycles=n["loop_cycles"],
+        loop_local_ops=n["loop_local_ops"],
     )
 
 

@@ -19,13 +19,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from kernaudit_pipeline.static_resources.sass_schedule import iteration_cycles, parse_body
-
-SCHEDULERS_PER_SM = 4  # warp schedulers (SM sub-partitions) per SM since Volta
-
 # "/*0a30*/   @!P1 BRA 0x20a0 ;" -> address, optional predicate, opcode with modifiers, operands
 _INSTRUCTION = re.compile(
-    r"/\*(?P<addr>[0-9a-f]{4,})\*/\s+(?:(?P<guard>@!?U?P[T0-9]+)\s+)?(?P<op>[A-Z][A-Z0-9_.]*)(?P<args>[^;]*);")
+    r"/\*(?P<addr>[0-9a-f]{4,})\*/\s+(?:@!?U?P[T0-9]+\s+)?(?P<op>[A-Z][A-Z0-9_.]*)(?P<args>[^;]*);")
 # Tensor-core instructions: warpgroup MMA (sm_90), warp MMA (HMMA/IMMA/QMMA for fp8 on sm_89+)
 _MMA_OPS = frozenset({"HGMMA", "IGMMA", "QGMMA", "HMMA", "IMMA", "QMMA"})
 _LOCAL_OPS = frozenset({"LDL", "STL"})  # local memory: what spilled registers cost in the loop
@@ -40,21 +36,18 @@ class LoopProfile:
     local_ops: int      # local-memory loads and stores (register spills) among them
     loops: int          # backward branches found (innermost or not)
     total_instructions: int
-    cycles: int = 0     # one iteration for one block on one scheduler (``sass_schedule``)
 
     def numbers(self) -> dict[str, int]:
         return {"loop_instructions": self.instructions, "loop_mma_ops": self.mma_ops,
-                "loop_local_ops": self.local_ops, "loop_cycles": self.cycles}
+                "loop_local_ops": self.local_ops}
 
 
-def _instructions(sass: str) -> list[tuple[int, str, str, str]]:
-    """(address, opcode, operands, guard) per instruction line."""
+def _instructions(sass: str) -> list[tuple[int, str, str]]:
     out = []
     for line in sass.splitlines():
         m = _INSTRUCTION.search(line)
         if m:
-            out.append((int(m.group("addr"), 16), m.group("op"), m.group("args").strip(),
-                        m.group("guard") or ""))
+            out.append((int(m.group("addr"), 16), m.group("op"), m.group("args").strip()))
     return out
 
 
@@ -66,15 +59,14 @@ def _branch_target(args: str) -> int | None:
         return None
 
 
-def hot_loop(sass: str, num_warps: int = 4) -> LoopProfile | None:
-    """The profile of the hot loop of the (single) kernel function in ``sass``, for a block of
-    ``num_warps`` warps (spread over the SM's four schedulers)."""
+def hot_loop(sass: str) -> LoopProfile | None:
+    """The profile of the hot loop of the (single) kernel function in ``sass``."""
     ins = _instructions(sass)
     if not ins:
         return None
-    index = {addr: i for i, (addr, _, _, _) in enumerate(ins)}
+    index = {addr: i for i, (addr, _, _) in enumerate(ins)}
     loops: list[tuple[int, int]] = []
-    for i, (addr, op, args, _) in enumerate(ins):
+    for i, (addr, op, args) in enumerate(ins):
         if op.split(".")[0] != "BRA":
             continue
         target = _branch_target(args)
@@ -85,14 +77,11 @@ def hot_loop(sass: str, num_warps: int = 4) -> LoopProfile | None:
     innermost = [(s, e) for s, e in loops
                  if not any((s2, e2) != (s, e) and s <= s2 and e2 <= e for s2, e2 in loops)]
     start, end = max(innermost, key=lambda se: (se[1] - se[0], -se[0]))
-    body = [op.split(".")[0] for _, op, _, _ in ins[start:end + 1]]
-    parsed = parse_body([(f"{guard} {op}" if guard else op, args)
-                         for _, op, args, guard in ins[start:end + 1]])
+    body = [op.split(".")[0] for _, op, _ in ins[start:end + 1]]
     return LoopProfile(
         instructions=len(body),
         mma_ops=sum(op in _MMA_OPS for op in body),
         local_ops=sum(op in _LOCAL_OPS for op in body),
         loops=len(loops),
         total_instructions=len(ins),
-        cycles=iteration_cycles(parsed, -(-max(num_warps, 1) // SCHEDULERS_PER_SM)),
     )
