@@ -1,4 +1,5 @@
-"""The committed device records of 2026-12-05 and 12-06 (H100, and the H200 for w4a16_gemm: issue 9's cross-check, issue 15's held-out searches)
+"""The committed device records of 2026-12-05 and 12-06 (H100, and the H200 for w4a16_gemm and
+fp8_block_gemm: issue 9's cross-check, issue 15's held-out searches)
 read back the way docs/benchmarks.md reports them: the scripts and modules that produced the
 figures, run on the recorded files, give the same figures (nothing here needs a GPU)."""
 
@@ -68,7 +69,8 @@ def test_the_held_out_searches_of_2026_12_06_read_together(tmp_path):
 
 
 SEARCHES = [STEM.format("search"), "swiglu_h100_search_m128_m4096_2026-12-06",
-            "rmsnorm_h100_search_m16_m1024_2026-12-06", "rmsnorm_h100_search_m128_m4096_2026-12-06"]
+            "rmsnorm_h100_search_m16_m1024_2026-12-06", "rmsnorm_h100_search_m128_m4096_2026-12-06",
+            "fp8_block_h200_search_m128_m1024_2026-12-06"]
 
 
 @pytest.mark.parametrize("stem", SEARCHES)
@@ -124,6 +126,10 @@ HELD_OUT_SCORES = {
     ("w4a16_gemm.ranking.json", "w4a16_h200_exhaustive_m16_m128_m1024_2026-12-06.jsonl.gz"): {
         "llama3_8b_w4a16_down_proj_m16": (401, 1.004, 1.004),
         "llama3_8b_w4a16_down_proj_m128": (401, 1.240, 1.000)},
+    # the fifth, on the H200 (its H200 ranking); one call had room for M=128 and M=1024 only
+    ("fp8_block_gemm.ranking.json", "fp8_block_h200_exhaustive_m128_m1024_2026-12-06.jsonl.gz"): {
+        "deepseek_v3_fp8_block_shared_gate_up_m128": (398, 1.078, 1.000),
+        "deepseek_v3_fp8_block_shared_gate_up_m1024": (398, 1.150, 1.138)},
 }
 
 
@@ -162,6 +168,10 @@ LIVE_SEARCHES = {
     ("w4a16_h200_search_m16_m128_2026-12-06.summary.json", "w4a16_h200_exhaustive_m16_m128_m1024_2026-12-06.jsonl.gz"): {
         "llama3_8b_w4a16_down_proj_m16": ("NO_PLAUSIBLE_WINNER", 40, 1.005, 0.05),
         "llama3_8b_w4a16_down_proj_m128": ("NO_PLAUSIBLE_WINNER", 40, 1.005, 0.05)},
+    # fp8_block_gemm: the same H200 call as its exhaustive sweep, right after it
+    ("fp8_block_h200_search_m128_m1024_2026-12-06.summary.json", "fp8_block_h200_exhaustive_m128_m1024_2026-12-06.jsonl.gz"): {
+        "deepseek_v3_fp8_block_shared_gate_up_m128": ("NO_PLAUSIBLE_WINNER", 56, 1.000, 0.09),
+        "deepseek_v3_fp8_block_shared_gate_up_m1024": ("NO_PLAUSIBLE_WINNER", 96, 1.000, 0.16)},
 }
 
 
