@@ -16,6 +16,15 @@ fitted) traffic rule; anything else falls back to the even split of the kernel's
   rows (BLOCK_M > M) are computed and loaded all the same.
 - ``attention`` (dims S, D; BLOCK_M, BLOCK_N): a program owns BLOCK_M queries of one head and
   streams K and V over the keys it sees (all S, about half with a causal mask).
+- ``grouped_matmul`` (dims M, N, K, E, TOP_K; BLOCK_M/N/K: a mixture-of-experts GEMM as vLLM's
+  ``fused_moe_kernel`` runs it): M tokens each routed to TOP_K of E experts; the token-expert
+  pairs are grouped by expert and each expert's group padded to a multiple of BLOCK_M. The grid
+  is launched for the worst case, and programs past the padded total exit at once, so the
+  programs that work are the expected number of BLOCK_M blocks under uniform routing (an
+  expert's count is Binomial(M, TOP_K / E)) times the N tiles. Each computes a BLOCK_M x BLOCK_N
+  tile over all of K (padded rows included) and loads its gathered token rows and its expert's
+  K x BLOCK_N panel; DRAM is the kernel's own fewest bytes (an expert's blocks are neighbours
+  in the program order, so its weight panels are read from DRAM about once).
 - ``split_kv`` (a PARTITION_SIZE key, decode attention): a program streams one partition of the
   cache; traffic and work are the kernel's totals split evenly over the programs, and the
   longest program streams a whole partition (or the longest context, if shorter: contexts are
@@ -25,6 +34,7 @@ fitted) traffic rule; anything else falls back to the even split of the kernel's
 from __future__ import annotations
 
 import enum
+import functools
 import math
 from dataclasses import dataclass
 
@@ -38,6 +48,7 @@ ELEMENT_BYTES = {"bf16": 2, "fp16": 2, "fp8": 1, "tf32": 4, "fp32": 4}
 
 class Family(enum.StrEnum):
     MATMUL = "matmul"
+    GROUPED_MATMUL = "grouped_matmul"
     ATTENTION = "attention"
     SPLIT_KV = "split_kv"
     GENERIC = "generic"
@@ -122,7 +133,7 @@ def family_of(desc: KernelDescription, shape_dims: dict, config: dict) -> Family
     if "PARTITION_SIZE" in config:
         return Family.SPLIT_KV
     if {"M", "N", "K"} <= set(shape_dims) and {"BLOCK_M", "BLOCK_N", "BLOCK_K"} <= set(config):
-        return Family.MATMUL
+        return Family.GROUPED_MATMUL if {"E", "TOP_K"} <= set(shape_dims) else Family.MATMUL
     if {"S", "D"} <= set(shape_dims) and {"BLOCK_M", "BLOCK_N"} <= set(config):
         return Family.ATTENTION
     return Family.GENERIC
@@ -196,6 +207,26 @@ def _grouped_dram_bytes(M: int, N: int, K: int, bm: int, bn: int, group_m: int, 
     return total
 
 
+@functools.lru_cache(maxsize=4096)
+def expected_expert_blocks(tokens: int, experts: int, top_k: int, block_m: int) -> float:
+    """Expected BLOCK_M blocks of a mixture-of-experts GEMM after padding each expert's pairs
+    to a multiple of ``block_m``, under uniform routing: an expert's pair count is
+    Binomial(tokens, top_k / experts) (each token picks top_k distinct experts)."""
+    if tokens <= 0 or experts <= 0 or block_m <= 0:
+        return 0.0
+    p = min(max(top_k / experts, 0.0), 1.0)
+    if p in (0.0, 1.0):
+        return experts * math.ceil(tokens * p / block_m)
+    log_p, log_q = math.log(p), math.log1p(-p)
+    lg_n = math.lgamma(tokens + 1)
+    blocks = 0.0
+    for c in range(1, tokens + 1):
+        pmf = math.exp(lg_n - math.lgamma(c + 1) - math.lgamma(tokens - c + 1) + c * log_p
+                       + (tokens - c) * log_q)
+        blocks += pmf * math.ceil(c / block_m)
+    return experts * blocks
+
+
 def _longest_partition_bytes(dims: dict, partition: int, moved: float, even: float) -> float:
     """Bytes the longest split-KV program streams: a full partition of the longest context.
     Bytes per token come from the kernel's own count over its total tokens."""
@@ -254,6 +285,18 @@ def build(desc: KernelDescription, result: StaticResult, gpu: GPUSpec, sm: SMRes
                                    l2_reuse_fraction * gpu.l2_bytes)
         dram += moved - (M * K * a_elem + K * N * b_elem)  # the output and any extras, once
         stage = (bm * a_elem + bn * b_elem) * bk
+        max_load = load_p
+        trips = trips_max = float(math.ceil(K / bk))
+    elif fam is Family.GROUPED_MATMUL:
+        N, K = dims["N"], dims["K"]
+        tiles_n = math.ceil(N / bn)
+        blocks = expected_expert_blocks(int(dims["M"]), int(dims["E"]), int(dims["TOP_K"]), bm)
+        programs = max(1, min(programs, math.ceil(blocks * tiles_n)))  # the rest exit at once
+        waves = programs / slots
+        tail = (math.ceil(waves) - waves) / math.ceil(waves)
+        flops_p = 2.0 * bm * bn * K
+        load_p = (bm + bn) * K * elem
+        stage = (bm + bn) * bk * elem
         max_load = load_p
         trips = trips_max = float(math.ceil(K / bk))
     elif fam is Family.ATTENTION:
