@@ -32,7 +32,7 @@ from kernaudit_pipeline.kernel_spec import (
 from kernaudit_pipeline.static_resources.describe import bilinear_terms
 
 KERNELS = ["gemm", "fp8_gemm", "flash_attention", "paged_decode_attention", "swiglu_gemm", "rmsnorm_gemm",
-           "w8a16_gemm", "w4a16_gemm", "fp8_block_gemm"]
+           "w8a16_gemm", "w4a16_gemm", "fp8_block_gemm", "fused_moe_gemm"]
 REQUIRED = ("NAME", "KERNEL", "DTYPE", "BASELINE_NAME", "CONFIGS", "SHAPES", "TOLERANCE",
             "make_inputs", "launch", "baseline", "reference", "flops", "bytes_moved",
             "compile_args", "grid")
@@ -53,11 +53,13 @@ SMALL_SHAPES = {
     "w8a16_gemm": Shape("small", {"M": 48, "N": 72, "K": 80}),
     "w4a16_gemm": Shape("small", {"M": 48, "N": 72, "K": 80}),  # N / 8 = 9 packed words
     "fp8_block_gemm": Shape("small", {"M": 48, "N": 72, "K": 80}),  # one (partial) scale block
+    # 14 pairs (M * TOP_K, not divisible by 16) over 4 experts
+    "fused_moe_gemm": Shape("small", {"M": 7, "N": 72, "K": 80, "E": 4, "TOP_K": 2}),
 }
 # Config-space sizes: moderate for the audited kernels; the held-out kernels of the cost model
 # (issue 15) carry a tuning-scale space of >= 300 configs, as a vLLM tuner would sweep.
 SPACE_SIZE = {"swiglu_gemm": (300, 450), "rmsnorm_gemm": (300, 450), "w8a16_gemm": (300, 450),
-              "w4a16_gemm": (300, 450), "fp8_block_gemm": (300, 450)}
+              "w4a16_gemm": (300, 450), "fp8_block_gemm": (300, 450), "fused_moe_gemm": (300, 450)}
 
 
 def _mod(name: str):
@@ -71,7 +73,7 @@ def test_every_kernel_file_is_covered() -> None:
 def test_heldout_kernels_stay_out_of_the_default_audit_but_load_by_name() -> None:
     default = {p.stem for p in kernel_files()}
     assert not {"swiglu_gemm", "rmsnorm_gemm", "w8a16_gemm", "w4a16_gemm",
-                "fp8_block_gemm"} & default
+                "fp8_block_gemm", "fused_moe_gemm"} & default
     assert {"gemm", "fp8_gemm"} <= default
     mod = load_kernel_module("swiglu_gemm")
     assert Path(mod.__file__).parent.name == "heldout" and mod.NAME == "swiglu_gemm"
@@ -227,6 +229,19 @@ def test_flops_and_bytes_by_hand() -> None:
     # W) + bf16 out 2 B·4096²
     assert fp8b.bytes_moved(gate_up) == 29_360_128 + 29_360_128 + 917_504 + 7_168 + 33_554_432
 
+    moe = _mod("fused_moe_gemm")
+    m16, m4096 = moe.SHAPES[0], moe.SHAPES[-1]  # E=128 TOP_K=8 N=1536 K=2048
+    assert [m4096[d] for d in ("M", "N", "K", "E", "TOP_K")] == [4096, 1536, 2048, 128, 8]
+    assert moe.flops(m4096) == 206_158_430_208      # 2·(4096·8 pairs)·1536·2048
+    assert moe.flops(m16) == 805_306_368             # 2·(16·8)·1536·2048
+    # x 2 B·4096·2048 + all 128 experts' W 2 B·128·1536·2048 + out 2 B·(4096·8)·1536
+    assert moe.bytes_moved(m4096) == 16_777_216 + 805_306_368 + 100_663_296
+    # At M = 16 an expert escapes all 16 tokens with probability (15/16)^16: 128·(1 − that) =
+    # 82.42 experts hit in expectation, their W 2 B·1536·2048 = 6,291,456 B each (518,557,603
+    # B, rounded); x 2 B·16·2048; out 2 B·128·1536.
+    assert abs(moe.expected_experts_hit(m16) - 82.4225) < 1e-4
+    assert moe.bytes_moved(m16) == 65_536 + 518_557_603 + 393_216
+
 
 def test_grid_by_hand() -> None:
     gemm, fp8 = _mod("gemm"), _mod("fp8_gemm")
@@ -244,6 +259,11 @@ def test_grid_by_hand() -> None:
     fp8b = _mod("fp8_block_gemm")
     assert fp8b.grid(fp8b.SHAPES[0], {"BLOCK_M": 16, "BLOCK_N": 32}) == (1 * 128,)  # M=16
     assert fp8b.grid(fp8b.SHAPES[-1], {"BLOCK_M": 128, "BLOCK_N": 256}) == (32 * 16,)  # M=4096
+    moe = _mod("fused_moe_gemm")
+    # vLLM's bound: cdiv(16·8 + 128·63, 64) = 128 block-rows, 1536 / 128 = 12 tile-columns
+    assert moe.grid(moe.SHAPES[0], {"BLOCK_M": 64, "BLOCK_N": 128}) == (128 * 12,)  # M=16
+    # cdiv(4096·8 + 128·255, 256) = 256 block-rows, 1536 / 256 = 6
+    assert moe.grid(moe.SHAPES[-1], {"BLOCK_M": 256, "BLOCK_N": 256}) == (256 * 6,)  # M=4096
 
 
 def test_swiglu_space_has_spills_and_smem_overflows_to_rank() -> None:
@@ -415,6 +435,8 @@ CLEAN = {
     "w4a16_gemm": {"BLOCK_M": 64, "BLOCK_N": 128, "BLOCK_K": 64, "GROUP_M": 8,
                    "num_warps": 4, "num_stages": 3},
     "fp8_block_gemm": {"BLOCK_M": 64, "BLOCK_N": 128, "BLOCK_K": 128, "GROUP_M": 8,
+                       "num_warps": 4, "num_stages": 3},
+    "fused_moe_gemm": {"BLOCK_M": 64, "BLOCK_N": 128, "BLOCK_K": 64, "GROUP_M": 16,
                        "num_warps": 4, "num_stages": 3},
 }
 

@@ -167,6 +167,30 @@ CASES["fp8_block_gemm"] = [
                 "num_warps": 4, "num_stages": 2}},
 ]
 
+CASES["fused_moe_gemm"] = [
+    # two experts, each token routed to both: 50 pairs per expert over four 16-row blocks, the
+    # last one ragged (sentinel rows masked); ragged N (wrap-around W loads, masked store) and
+    # a K tail
+    {"id": "moe_e2_top2_ragged_50x72x80", "dims": {"M": 50, "N": 72, "K": 80, "E": 2, "TOP_K": 2},
+     "config": {"BLOCK_M": 16, "BLOCK_N": 32, "BLOCK_K": 32, "GROUP_M": 2,
+                "num_warps": 4, "num_stages": 2}, "dtype": "float16"},
+    # 6 pairs over 8 experts: at least two experts get no tokens, most blocks are padding,
+    # and the upper-bound grid has block-rows past the padded total
+    {"id": "moe_e8_top2_empty_experts_3x64x96",
+     "dims": {"M": 3, "N": 64, "K": 96, "E": 8, "TOP_K": 2},
+     "config": {"BLOCK_M": 16, "BLOCK_N": 32, "BLOCK_K": 64, "GROUP_M": 1,
+                "num_warps": 4, "num_stages": 2}, "dtype": "float16"},
+    # top_k 3 (rows p // 3), a 64-wide tile over N = 100 and grouped order over 4 block-rows
+    {"id": "moe_e6_top3_37x100x130", "dims": {"M": 37, "N": 100, "K": 130, "E": 6, "TOP_K": 3},
+     "config": {"BLOCK_M": 32, "BLOCK_N": 64, "BLOCK_K": 32, "GROUP_M": 4,
+                "num_warps": 4, "num_stages": 2}, "dtype": "float16"},
+    # vLLM's decode regime: 8 of 16 experts per token, one 16-row block each
+    {"id": "moe_e16_top8_decode_4x96x128",
+     "dims": {"M": 4, "N": 96, "K": 128, "E": 16, "TOP_K": 8},
+     "config": {"BLOCK_M": 16, "BLOCK_N": 64, "BLOCK_K": 64, "GROUP_M": 16,
+                "num_warps": 4, "num_stages": 2}, "dtype": "float16"},
+]
+
 SEED = random.SystemRandom().randrange(2**31)
 
 
