@@ -10,9 +10,9 @@ pick with the exhaustive best of each measured shape.
 The committed sweeps are the four kernels/ modules on the H200 and the exhaustive sweeps in
 samples/rank (swiglu_gemm, rmsnorm_gemm and w8a16_gemm on an H100, w4a16_gemm and
 fp8_block_gemm on the H200); each row is scored with the features of the GPU it ran on. The
-held-out kernels (``--held-out``, default w8a16_gemm, w4a16_gemm and fp8_block_gemm) are never
-fitted on: when a sweep of one exists, it is scored with the calibration fitted on all the
-others.
+held-out kernels (``--held-out``, default w8a16_gemm, w4a16_gemm, fp8_block_gemm and
+fused_moe_gemm) are never fitted on: when a sweep of one exists, it is scored with the
+calibration fitted on all the others.
 ``--write-calibration`` rewrites ``kernaudit_pipeline/rank/calibration.json`` (fitted on every
 non-held-out kernel, stated error = the worst LOKO within-shape error). Prints a Markdown
 report (``--out`` to also write it to a file). Needs the CPU static audit (cached under the data
@@ -166,7 +166,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="runner JSONL files to calibrate and score on")
     parser.add_argument("--kernels", nargs="+", default=CALIBRATION_KERNELS,
                         help="kernels/ stems to calibrate on (leave-one-kernel-out over these)")
-    parser.add_argument("--held-out", nargs="*", default=["w8a16_gemm", "w4a16_gemm", "fp8_block_gemm"],
+    parser.add_argument("--held-out", nargs="*",
+                        default=["w8a16_gemm", "w4a16_gemm", "fp8_block_gemm", "fused_moe_gemm"],
                         help="kernels never fitted on; scored when a sweep of them is given")
     parser.add_argument("--write-calibration", action="store_true",
                         help="rewrite kernaudit_pipeline/rank/calibration.json")

@@ -1,4 +1,4 @@
-"""The committed device records of 2026-12-05 and 12-06 (H100, and the H200 for w4a16_gemm and
+"""The committed device records of 2026-12-05 to 12-07 (H100, and the H200 for w4a16_gemm and
 fp8_block_gemm: issue 9's cross-check, issue 15's held-out searches)
 read back the way docs/benchmarks.md reports them: the scripts and modules that produced the
 figures, run on the recorded files, give the same figures (nothing here needs a GPU)."""
@@ -70,7 +70,8 @@ def test_the_held_out_searches_of_2026_12_06_read_together(tmp_path):
 
 SEARCHES = [STEM.format("search"), "swiglu_h100_search_m128_m4096_2026-12-06",
             "rmsnorm_h100_search_m16_m1024_2026-12-06", "rmsnorm_h100_search_m128_m4096_2026-12-06",
-            "fp8_block_h200_search_m128_m1024_2026-12-06"]
+            "fp8_block_h200_search_m128_m1024_2026-12-06",
+            "fused_moe_h100_search_m16_2026-12-07", "fused_moe_h100_search_m128_m1024_2026-12-07"]
 
 
 @pytest.mark.parametrize("stem", SEARCHES)
@@ -130,6 +131,11 @@ HELD_OUT_SCORES = {
     ("fp8_block_gemm.ranking.json", "fp8_block_h200_exhaustive_m128_m1024_2026-12-06.jsonl.gz"): {
         "deepseek_v3_fp8_block_shared_gate_up_m128": (398, 1.078, 1.000),
         "deepseek_v3_fp8_block_shared_gate_up_m1024": (398, 1.150, 1.138)},
+    # the sixth, on the H100 that came (its H100 ranking); M=4096 not swept
+    ("fused_moe_gemm.h100.ranking.json", "fused_moe_h100_exhaustive_m16_m128_m1024_2026-12-07.jsonl.gz"): {
+        "qwen3_30b_a3b_moe_gate_up_m16": (406, 1.521, 1.507),
+        "qwen3_30b_a3b_moe_gate_up_m128": (406, 1.063, 1.061),
+        "qwen3_30b_a3b_moe_gate_up_m1024": (406, 1.461, 1.083)},
 }
 
 
@@ -172,14 +178,22 @@ LIVE_SEARCHES = {
     ("fp8_block_h200_search_m128_m1024_2026-12-06.summary.json", "fp8_block_h200_exhaustive_m128_m1024_2026-12-06.jsonl.gz"): {
         "deepseek_v3_fp8_block_shared_gate_up_m128": ("NO_PLAUSIBLE_WINNER", 56, 1.000, 0.09),
         "deepseek_v3_fp8_block_shared_gate_up_m1024": ("NO_PLAUSIBLE_WINNER", 96, 1.000, 0.16)},
+    # fused_moe_gemm on an H100, 2026-12-07: the picks are near the best, but the searches
+    # measured most of the space (over the issue's 25 %): the model's order was poor there
+    ("fused_moe_h100_search_m16_2026-12-07.summary.json", "fused_moe_h100_exhaustive_m16_m128_m1024_2026-12-07.jsonl.gz"): {
+        "qwen3_30b_a3b_moe_gate_up_m16": ("DEADLINE", 320, 1.004, 0.41)},
+    ("fused_moe_h100_search_m128_m1024_2026-12-07.summary.json", "fused_moe_h100_exhaustive_m16_m128_m1024_2026-12-07.jsonl.gz"): {
+        "qwen3_30b_a3b_moe_gate_up_m128": ("NO_PLAUSIBLE_WINNER", 360, 1.002, 0.47),
+        "qwen3_30b_a3b_moe_gate_up_m1024": ("DEADLINE", 208, 1.005, 0.31)},
 }
 
 
 @pytest.mark.parametrize("summary_file,sweep_file", list(LIVE_SEARCHES))
 def test_a_live_search_picked_near_the_exhaustive_best_for_a_fraction_of_its_gpu_time(summary_file, sweep_file):
     """Each pick, read inside the exhaustive sweep (one clock), is within the issue's 1.02x of
-    its best, for a few per cent of that sweep's GPU-seconds (checks and timing loops of
-    every row, references included)."""
+    its best, for the recorded share of that sweep's GPU-seconds at most (checks and timing
+    loops of every row, references included): a few per cent where the model's order was good,
+    most of the sweep where it was not."""
     from kernaudit_pipeline.rank.search import row_gpu_seconds
 
     summaries = {s["shape_name"]: s for s in json.loads((RANK / summary_file).read_text())}
