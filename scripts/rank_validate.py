@@ -79,10 +79,12 @@ def _rows_by_group(paths: list[Path]) -> dict[tuple[str, str, str], list[dict]]:
     return groups
 
 
-def _search_replay(params, stated_error: float, samples, rows_by_group, title: str) -> list[str]:
+def _search_replay(params, stated_error: float, samples, rows_by_group, title: str,
+                   adapt: bool = True) -> list[str]:
     """Replay ``kernaudit bench --search`` on each recorded sweep: the model's order over the
-    configs it keeps, measured from the recorded rows; GPU-seconds are the rows' own check +
-    timing seconds against the whole sweep's."""
+    configs it keeps (corrected as the walk goes unless ``adapt`` is off), measured from the
+    recorded rows; GPU-seconds are the rows' own check + timing seconds against the whole
+    sweep's."""
     from kernaudit_pipeline.rank.model import predict
     from kernaudit_pipeline.rank.search import Candidate, SearchSettings, replay, search
 
@@ -98,9 +100,10 @@ def _search_replay(params, stated_error: float, samples, rows_by_group, title: s
         if not timed:
             continue
         exhaustive_s = sum(float(r.get("check_s") or 0) + float(r.get("timing_s") or 0) for r in rows)
-        ranking = sorted((Candidate(m.features.config_id, predict(m.features, params).total_s * 1e6)
+        ranking = sorted((Candidate.of(m.features.config_id, predict(m.features, params).total_s * 1e6,
+                                       m.features.config)
                           for m in members if m.features.spill_bytes < 512), key=lambda c: c.predicted_us)
-        res = search(ranking, replay(rows), SearchSettings(stated_error=stated_error))
+        res = search(ranking, replay(rows), SearchSettings(stated_error=stated_error, adapt=adapt))
         best = min(float(r["latency_us"]) for r in timed)
         found = (res.best.latency_us or math.inf) / best if res.best else math.inf
         spent += res.gpu_seconds
@@ -178,6 +181,8 @@ def main(argv: list[str] | None = None) -> int:
                              "with the exhaustive sweep(s) of the held-out kernels in --sweeps")
     parser.add_argument("--search-run", nargs="+", type=Path, default=[],
                         help="the JSONL files those kernaudit bench --search runs wrote (with --search-summary)")
+    parser.add_argument("--search-fixed-order", action="store_true",
+                        help="replay the search in the model's order as ranked (no corrections)")
     args = parser.parse_args(argv)
     import tempfile
     scratch = tempfile.TemporaryDirectory(prefix="rank-validate-")
@@ -228,14 +233,15 @@ def main(argv: list[str] | None = None) -> int:
     for r in loko:
         kernel_samples = [s for s in train if s.features.kernel_name == r.held_out]
         lines += _search_replay(r.params, calibration.stated_error, kernel_samples, rows_by_group,
-                                r.held_out) + [""]
+                                r.held_out, not args.search_fixed_order) + [""]
     if held:
         scores = fit.score(calibration.params, held, measurements)
         lines += ["", f"### Held-out kernel(s) never fitted on: {', '.join(held_names)}", ""]
         lines += _table(scores, "kernel")
         lines += ["", f"Within-shape error on the held-out kernel(s): ±{100 * fit.within_shape_error(calibration.params, held):.1f} %.",
                   "", "Search replayed on the held-out sweep:", ""]
-        lines += _search_replay(calibration.params, calibration.stated_error, held, rows_by_group, "kernel")
+        lines += _search_replay(calibration.params, calibration.stated_error, held, rows_by_group, "kernel",
+                                not args.search_fixed_order)
     if args.search_summary and args.search_run:
         held_files = [p for p in args.sweeps if any(g[2] == p.name and g[0] in held_names for g in rows_by_group)]
         lines += ["", "### kernaudit bench --search on the GPU against the exhaustive sweep", ""]

@@ -33,6 +33,7 @@ from kernaudit_pipeline.bench.runner import BenchError, open_sweep, options_from
 from kernaudit_pipeline.bench.summary import summary_record
 from kernaudit_pipeline.bench.options import screening
 from kernaudit_pipeline.bench.supervisor import WRAP_UP_S, Group, Sweep, precompile, run_group
+from kernaudit_pipeline.core.configs import config_id
 from kernaudit_pipeline.core.values import json_safe
 from kernaudit_pipeline.rank.search import (
     Candidate, Observation, SearchResult, SearchSettings, conclude, observation_from_row,
@@ -66,8 +67,10 @@ def load_ranking(path: Path, kernel_name: str) -> tuple[dict[str, list[Candidate
             continue
         ranked = item.get("ranked") or []
         try:
-            out[str(item["shape_name"])] = [Candidate(str(r["config_id"]), float(r["predicted_us"]))
-                                            for r in ranked]
+            out[str(item["shape_name"])] = [
+                Candidate.of(str(r["config_id"]), float(r["predicted_us"]),
+                             r.get("config") if isinstance(r.get("config"), dict) else None)
+                for r in ranked]
         except (KeyError, TypeError, ValueError):
             raise BenchError(f"--ranking {path}: a ranked entry lacks config_id or predicted_us") from None
         if isinstance(item.get("stated_error"), (int, float)):
@@ -84,7 +87,8 @@ def compute_ranking(stem: str) -> tuple[dict[str, list[Candidate]], float]:
     report = rank_kernels([stem])
     if report.failures:
         raise BenchError(f"cannot rank {stem}: {report.failures[0].reason}")
-    out = {r.shape_name: [Candidate(x.config_id, x.predicted_us) for x in r.ranked] for r in report.rankings}
+    out = {r.shape_name: [Candidate.of(x.config_id, x.predicted_us, x.config) for x in r.ranked]
+           for r in report.rankings}
     return out, report.rankings[0].stated_error if report.rankings else DEFAULT_STATED_ERROR
 
 
@@ -118,7 +122,8 @@ def settings_from(args, stated: float) -> SearchSettings:
     return SearchSettings(stated_error=stated, initial=args.search_initial, batch=args.search_batch,
                           max_fraction=args.search_max_fraction,
                           confirm_max=args.search_confirm if two_rungs else 0,
-                          confirm_min=min(SearchSettings.confirm_min, args.search_confirm) if two_rungs else 0)
+                          confirm_min=min(SearchSettings.confirm_min, args.search_confirm) if two_rungs else 0,
+                          adapt=not getattr(args, "search_fixed_order", False))
 
 
 SCREEN_NOTE = ("search screening rung: a short paired timing ({:g} s of GPU time), not re-measured at "
@@ -183,7 +188,11 @@ def run_search(args, argv: list[str]) -> int:
         batches = {"n": 0}
         for shape in group.shapes:
             allowed = set(group.configs)
-            candidates = [c for c in ranking.get(shape, []) if c.config_id in allowed]
+            # the kernel's own configs, for a ranking file that does not carry them (older ones)
+            configs = {config_id(c): c for c in plan.configs}
+            candidates = [c if c.config or c.config_id not in configs
+                          else Candidate.of(c.config_id, c.predicted_us, configs[c.config_id])
+                          for c in ranking.get(shape, []) if c.config_id in allowed]
             if not candidates:
                 print(f"[search] {plan.name} {shape}: the ranking has no candidates; skipped", flush=True)
                 continue
@@ -287,5 +296,6 @@ def _summary(kernel: str, shape: str, result: SearchResult, stop_name: str, stop
         "settings": {"initial": settings.initial, "batch": settings.batch, "z": settings.z,
                      "prior_weight": settings.prior_weight, "tie_margin": settings.tie_margin,
                      "max_fraction": settings.max_fraction, "confirm_max": settings.confirm_max,
-                     "confirm_min": settings.confirm_min},
+                     "confirm_min": settings.confirm_min, "adapt": settings.adapt,
+                     "adapt_shrink": settings.adapt_shrink},
     }

@@ -100,6 +100,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     p.add_argument("--search-confirm", type=int, default=SearchSettings.confirm_max,
                    help="--search: at most this many screened contenders re-measured at full precision "
                         f"(default {SearchSettings.confirm_max})")
+    p.add_argument("--search-fixed-order", action="store_true",
+                   help="--search: walk the model's order as ranked; by default the order is corrected "
+                        "after each batch by what the shape's measurements say about each config value")
 
 
 def run(args: argparse.Namespace) -> int:

@@ -217,3 +217,104 @@ def test_two_rungs_pick_from_the_confirmation_not_the_screen():
                            SearchSettings(stated_error=0.05, initial=2, batch=2, prior_weight=1e12,
                                           confirm_min=0, confirm_max=0))
     assert one.best.config_id == "a" and one.confirmed == []
+
+
+# ------------------------------------------------------------------------------------------
+# The adaptive order: corrections per config value, learned from the shape's own measurements
+# ------------------------------------------------------------------------------------------
+def _keyed_space(bad_bk: int = 32, penalty: float = 1.5):
+    """48 configs over BLOCK_K x BLOCK_N x warps. The model prefers BLOCK_K = 32 a little (it
+    predicts every BK32 config 3 % faster than its BK64 twin, so BK32 and the others interleave
+    in its order), but BK32 measures ``penalty``x slower: a value the model gets wrong, as it
+    did on the fused MoE sweep."""
+    cands, truth = [], {}
+    for i, (bk, bn, w) in enumerate((bk, bn, w) for bk in (32, 64, 128) for bn in (32, 64, 128, 256)
+                                     for w in (4, 8, 2, 1)):
+        cid = f"BK{bk}_BN{bn}_w{w}"
+        base = 100.0 * (1 + 0.02 * (256 // bn)) * (1 + 0.01 * w)
+        pred = base * (0.97 if bk == bad_bk else 1.0) * (1 + 0.001 * i)
+        truth[cid] = base * (penalty if bk == bad_bk else 1.0)
+        cands.append(Candidate.of(cid, pred, {"BLOCK_K": bk, "BLOCK_N": bn, "num_warps": w}))
+    return sorted(cands, key=lambda c: c.predicted_us), truth
+
+
+def test_value_corrections_find_the_value_the_model_gets_wrong():
+    from kernaudit_pipeline.rank.search import value_corrections
+
+    cands, truth = _keyed_space()
+    done = [(c, Observation(c.config_id, truth[c.config_id], truth[c.config_id], truth[c.config_id], 1.0))
+            for c in cands]
+    effects, loo = value_corrections(done, shrink=2.0)
+    bk32_vs_64 = effects[("BLOCK_K", 32)] - effects[("BLOCK_K", 64)]
+    # log(1.5 / 0.97) = 0.44, shrunk a little (16 configs per value, shrink 2)
+    assert 0.35 < bk32_vs_64 < 0.44
+    assert abs(effects[("num_warps", 4)] - effects[("num_warps", 8)]) < 0.02
+    assert set(loo) == {c.config_id for c in cands}
+
+
+def test_the_adaptive_walk_skips_what_the_measurements_show_the_model_got_wrong():
+    cands, truth = _keyed_space()
+    fixed_measure, fixed_calls = _truth(truth)
+    fixed = search_batched(cands, lambda ids: [fixed_measure(i) for i in ids],
+                           SearchSettings(stated_error=0.3, initial=4, batch=4, adapt=False))
+    adaptive_measure, adaptive_calls = _truth(truth)
+    adaptive = search_batched(cands, lambda ids: [adaptive_measure(i) for i in ids],
+                              SearchSettings(stated_error=0.3, initial=4, batch=4))
+    best = min(truth, key=truth.get)
+    assert fixed.best.config_id == adaptive.best.config_id == best
+    # the fixed walk cannot rule anything out (the model's error on BK32 is the whole spread)
+    # and measures all 48; the adaptive one leaves half the BK32 configs unmeasured once the
+    # first few have shown what BK32 costs, and stops by the rule
+    assert len(fixed_calls) == 48 and fixed.stop_reason is StopReason.EXHAUSTED
+    assert sum(c.startswith("BK32") for c in adaptive_calls) <= 8
+    assert adaptive.stop_reason is StopReason.NO_PLAUSIBLE_WINNER and len(adaptive_calls) <= 40
+
+
+def test_a_value_seen_once_cannot_explain_its_own_error_away():
+    """Every config has its own value of the one key that varies: the corrections fit each
+    measured config exactly, but left out, each correction is nothing, so the walk and its stop
+    are those of the model's order."""
+    values = {f"c{i:02d}": 100.0 * 1.02 ** ((i * 7) % 30) for i in range(30)}
+    cands = [Candidate.of(cid, 100.0 * 1.02 ** i, {"TILE": i}) for i, cid in enumerate(values)]
+    runs = []
+    for adapt in (False, True):
+        measure, calls = _truth(values)
+        res = search_batched(cands, lambda ids: [measure(i) for i in ids],
+                             SearchSettings(stated_error=0.2, initial=4, batch=2, adapt=adapt))
+        runs.append((calls, res.stop_reason, res.best.config_id))
+    assert runs[0] == runs[1]
+
+
+def test_candidates_without_configs_walk_the_models_order():
+    values = _space(gap=1.01)
+    ranking = [Candidate(cid, 1000.0 / v) for cid, v in values.items()]  # reversed, no configs
+    orders = []
+    for adapt in (False, True):
+        measure, calls = _truth(values)
+        search(ranking, measure, SearchSettings(stated_error=0.2, adapt=adapt))
+        orders.append(calls)
+    assert orders[0] == orders[1]
+
+
+def test_on_the_recorded_fused_moe_sweep_the_adaptive_walk_costs_less_for_the_same_pick():
+    """Replayed on the exhaustive H100 sweep of 2026-12-07, in the order its committed ranking
+    gave: the model's order there is poor (BLOCK_K = 32 first), and correcting it from the
+    measurements finds the same best config for less GPU time."""
+    import gzip
+
+    rank_dir = ROOT / "samples" / "rank"
+    shape = "qwen3_30b_a3b_moe_gate_up_m1024"
+    ranking = next(g for g in json.loads((rank_dir / "fused_moe_gemm.h100.ranking.json").read_text())
+                   if g["shape_name"] == shape)
+    with gzip.open(rank_dir / "fused_moe_h100_exhaustive_m16_m128_m1024_2026-12-07.jsonl.gz", "rt") as fh:
+        rows = [r for r in map(json.loads, fh) if r.get("shape_name") == shape and r["record_type"] == "run"]
+    cands = [Candidate.of(r["config_id"], r["predicted_us"], r["config"]) for r in ranking["ranked"]]
+    timed = {r["config_id"]: 1.0 / r["speedup"] for r in rows if r["run_status"] == "OK"}
+    results = {adapt: search(cands, replay(rows), SearchSettings(stated_error=ranking["stated_error"], adapt=adapt))
+               for adapt in (False, True)}
+    best = min(timed.values())
+    for res in results.values():
+        assert res.stop_reason is StopReason.NO_PLAUSIBLE_WINNER
+        assert timed[res.best.config_id] / best <= 1.02
+    assert results[True].gpu_seconds < 0.75 * results[False].gpu_seconds
+    assert len(results[True].measured) < len(results[False].measured)
