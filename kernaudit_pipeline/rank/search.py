@@ -25,8 +25,8 @@ predictions are corrected by an additive model of log(measured / predicted) over
 values, fitted on this shape's measurements and shrunk toward no correction, and the walk goes
 on in the corrected order. The error the stop rule allows is read from each measured config's
 correction with that config left out, so a value seen once cannot explain its own error away.
-Replayed on the recorded held-out sweeps, the picks were unchanged and the GPU time fell from
-28 % to 22 % of the exhaustive sweeps' (docs/benchmarks.md).
+Replayed on the recorded sweeps of the held-out kernels, the picks were unchanged and the GPU
+time fell from 29 % to 22 % of the exhaustive sweeps' (docs/benchmarks.md).
 
 Two rungs (successive halving with one cut): the walk down the predicted order can be measured
 with short, cheap screening timings, and then only the configs that could still be the best
