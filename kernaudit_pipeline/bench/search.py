@@ -186,10 +186,10 @@ def run_search(args, argv: list[str]) -> int:
         jobs = args.jobs if args.jobs is not None else 12
         summaries = []
         batches = {"n": 0}
+        # the kernel's own configs, for a ranking file that does not carry them (older ones)
+        configs = {config_id(c): c for c in plan.configs}
         for shape in group.shapes:
             allowed = set(group.configs)
-            # the kernel's own configs, for a ranking file that does not carry them (older ones)
-            configs = {config_id(c): c for c in plan.configs}
             candidates = [c if c.config or c.config_id not in configs
                           else Candidate.of(c.config_id, c.predicted_us, configs[c.config_id])
                           for c in ranking.get(shape, []) if c.config_id in allowed]

@@ -263,6 +263,10 @@ def build(desc: KernelDescription, result: StaticResult, gpu: GPUSpec, sm: SMRes
     if not occ.launchable:
         return None
     programs = math.prod(pair.grid)
+    if fam is Family.GROUPED_MATMUL:  # launched for the worst case; the rest exit at once
+        blocks = expected_expert_blocks(int(dims["M"]), int(dims["E"]), int(dims["TOP_K"]),
+                                        int(cfg["BLOCK_M"]))
+        programs = max(1, min(programs, math.ceil(blocks * math.ceil(dims["N"] / cfg["BLOCK_N"]))))
     bps = occ.blocks_per_sm
     slots = gpu.sm_count * bps
     waves = programs / slots
@@ -287,13 +291,8 @@ def build(desc: KernelDescription, result: StaticResult, gpu: GPUSpec, sm: SMRes
         stage = (bm * a_elem + bn * b_elem) * bk
         max_load = load_p
         trips = trips_max = float(math.ceil(K / bk))
-    elif fam is Family.GROUPED_MATMUL:
-        N, K = dims["N"], dims["K"]
-        tiles_n = math.ceil(N / bn)
-        blocks = expected_expert_blocks(int(dims["M"]), int(dims["E"]), int(dims["TOP_K"]), bm)
-        programs = max(1, min(programs, math.ceil(blocks * tiles_n)))  # the rest exit at once
-        waves = programs / slots
-        tail = (math.ceil(waves) - waves) / math.ceil(waves)
+    elif fam is Family.GROUPED_MATMUL:  # ``programs`` counts the ones that work (above)
+        K = dims["K"]
         flops_p = 2.0 * bm * bn * K
         load_p = (bm + bn) * K * elem
         stage = (bm + bn) * bk * elem
