@@ -99,6 +99,21 @@ def test_a_wrong_ranking_measures_batch_after_batch_within_its_budget(tmp_path):
     assert {int(i.split("WORK")[1].split("_")[0]) for i in ids} == set(range(13, 25))
     fastest = max((r for r in rows if r["record_type"] == "run"), key=lambda r: r["speedup"])
     assert s["best_config_id"] == fastest["config_id"]
+    # the order was corrected as the walk went (the default), from the kernel's own configs:
+    # this ranking file carries none
+    assert s["settings"]["adapt"] is True and s["settings"]["adapt_shrink"] == 2.0
+
+
+def test_fixed_order_walks_the_ranking_exactly_as_given(tmp_path):
+    """--search-fixed-order: the walk measures the ranking's configs in its order, batch by
+    batch, and the summary says the order was not corrected."""
+    ranking = _ranking(tmp_path / "w.json", "wrong")
+    order = [r["config_id"] for r in json.loads(ranking.read_text())[0]["ranked"]]
+    proc, rows, (s,) = _search(tmp_path, ranking, "--search-max-fraction", "0.5", "--search-fixed-order",
+                               "--search-screen-time-s", "0")
+    assert proc.returncode == 0, proc.stderr
+    assert s["settings"]["adapt"] is False
+    assert s["measured_config_ids"] == order[:12] and s["stop_reason"] == "BUDGET"
 
 
 @pytest.mark.parametrize("content, needle", [
