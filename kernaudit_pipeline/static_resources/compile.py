@@ -12,7 +12,10 @@ Where each number comes from:
   "Potential Performance Loss" diagnostics in the same log): the cost model reads these;
 - the hot loop's instructions per warp and iteration, and how many of them are tensor-core
   ops or local-memory (spill) traffic: ``cuobjdump -sass`` on the same cubin (``sass_loop``),
-  for the cost model too. A cubin whose SASS cannot be read leaves them None.
+  for the cost model too. A cubin whose SASS cannot be read leaves them None;
+- the bytes the loop's tile loads bring per iteration and the 128-byte lines they touch (short
+  contiguous runs touch more lines than bytes): the load layouts the compiler chose, in the
+  same compile's TTGIR (``ttgir_loads``), for the cost model.
 
 The tools are found and their output parsed by ``core.toolchain``.
 """
@@ -32,6 +35,7 @@ from kernaudit_pipeline.core.toolchain import (
 )
 from kernaudit_pipeline.kernel_spec import Specialization
 from kernaudit_pipeline.static_resources.sass_loop import LoopProfile, hot_loop
+from kernaudit_pipeline.static_resources.ttgir_loads import LoopLoads, loop_loads
 
 WARP_SIZE = 32
 
@@ -50,6 +54,7 @@ class Resources:
     compile_seconds: float
     wgmma: WgmmaDiagnostics
     loop: LoopProfile | None = None
+    loads: LoopLoads | None = None
 
     def numbers(self) -> dict[str, int | float | None]:
         """The StaticResult fields; the cubin is authoritative for what the driver loads."""
@@ -67,6 +72,7 @@ class Resources:
             "wgmma_serialized": int(self.wgmma.serialized),
             "wgmma_waits_injected": int(self.wgmma.waits_injected),
             **(self.loop.numbers() if self.loop else {}),
+            **(self.loads.numbers() if self.loads else {}),
         }
 
 
@@ -158,6 +164,7 @@ def compile_specialized(kernel: Any, spec: Specialization, capability: int, num_
         compile_seconds=seconds,
         wgmma=wgmma_diagnostics(log),
         loop=_loop_profile(ck.asm["cubin"]),
+        loads=loop_loads(ck.asm.get("ttgir") or ""),
     )
 
 

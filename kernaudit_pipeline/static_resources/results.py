@@ -92,6 +92,10 @@ class StaticResult:
     loop_instructions: int | None = None
     loop_mma_ops: int | None = None
     loop_local_ops: int | None = None
+    # the loop's tile loads per program and iteration: bytes, and the 128-byte lines they touch
+    # (``ttgir_loads``; None when unread)
+    loop_load_bytes: int | None = None
+    loop_line_bytes: int | None = None
 
     @property
     def spills(self) -> bool | None:
@@ -108,6 +112,7 @@ NUMBER_FIELDS: MappingProxyType[str, tuple[type, ...]] = MappingProxyType({
     "tmem_columns": (int,), "compile_seconds": (int, float),
     "wgmma_serialized": (int,), "wgmma_waits_injected": (int,),
     "loop_instructions": (int,), "loop_mma_ops": (int,), "loop_local_ops": (int,),
+    "loop_load_bytes": (int,), "loop_line_bytes": (int,),
 })
 
 
@@ -152,6 +157,7 @@ def make_result(*, kernel_name: str, config: dict, shape_name: str, arch: ArchSp
         wgmma_waits_injected=None if n["wgmma_waits_injected"] is None else bool(n["wgmma_waits_injected"]),
         loop_instructions=n["loop_instructions"], loop_mma_ops=n["loop_mma_ops"],
         loop_local_ops=n["loop_local_ops"],
+        loop_load_bytes=n["loop_load_bytes"], loop_line_bytes=n["loop_line_bytes"],
     )
 
 
