@@ -109,6 +109,10 @@ class Features:
     loop_local_ops: int = 0
     loop_trips: float = 0.0
     loop_trips_max: float = 0.0
+    # the loop's tile loads (static_resources.ttgir_loads): 128-byte lines touched per byte
+    # loaded, 1.0 when every contiguous run fills whole lines (or when unread); 2.0 for a bf16
+    # weight read K-major 32 elements (64 bytes) per K step
+    line_overfetch: float = 1.0
 
     @property
     def tile_intensity(self) -> float:
@@ -339,4 +343,6 @@ def build(desc: KernelDescription, result: StaticResult, gpu: GPUSpec, sm: SMRes
         loop_instructions=int(result.loop_instructions or 0),
         loop_local_ops=int(result.loop_local_ops or 0),
         loop_trips=float(trips), loop_trips_max=float(trips_max),
+        line_overfetch=(result.loop_line_bytes / result.loop_load_bytes
+                        if result.loop_load_bytes and result.loop_line_bytes else 1.0),
     )

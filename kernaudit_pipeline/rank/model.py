@@ -28,6 +28,11 @@ which is where wave quantization and the tail come in):
   work shows. Without the SASS (``loop_instructions`` 0) the term is left out;
 - the issue slots those loop bodies take: every warp's instructions through the SM's four
   schedulers, one per cycle each;
+- short contiguous runs: a tile whose fastest dimension spans less than a 128-byte line (a
+  K-major weight read 32 bf16 per K step) brings each line in pieces over several K steps, so
+  the memory system handles more requests per byte. The L2, DRAM and longest-program terms are
+  scaled by ``1 + short_run * (line_overfetch - 1)`` (``features.line_overfetch``: lines
+  touched per byte loaded, from the compiler's load layouts);
 - these overlap, combined as a soft maximum ``(a^p + b^p + ...)^(1/p)``;
 - plus a per-round overhead (pipeline fill and epilogue of each round of resident programs,
   ``ceil(n / blocks_per_SM)`` rounds), a launch constant, and a spill factor that grows with
@@ -74,6 +79,7 @@ class Params:
     cpi_s: float = 2.0e-9        # average time a warp spends per loop instruction (~4 cycles)
     local_op_s: float = 15e-9    # extra time per local-memory (spill) op in the loop
     issue_s: float = 0.505e-9    # one warp instruction per scheduler per cycle at 1.98 GHz
+    short_run: float = 0.3       # memory time added per extra 128-byte line touched per line of bytes
 
     def to_dict(self) -> dict[str, float]:
         return asdict(self)
@@ -90,7 +96,7 @@ FITTED: dict[str, tuple[float, float]] = {
     "l2_bytes_per_s": (3e12, 30e12), "e_dram": (0.4, 1.0), "mem_latency_s": (0.2e-6, 6e-6),
     "round_overhead_s": (0.0, 10e-6), "launch_s": (0.0, 20e-6),
     "serialized": (0.0, 0.8), "waits": (0.0, 0.6), "lone_block": (0.0, 1.0), "short_k": (0.0, 0.5),
-    "cpi_s": (0.505e-9, 10e-9), "local_op_s": (0.0, 100e-9),
+    "cpi_s": (0.505e-9, 10e-9), "local_op_s": (0.0, 100e-9), "short_run": (0.0, 2.0),
 }
 
 
@@ -173,6 +179,8 @@ def predict(f: Features, params: Params) -> Breakdown:
     stream = min(max(f.num_stages - 1, 1) * f.stage_bytes / params.mem_latency_s,
                  params.l2_bytes_per_s / sms)
     critical = f.max_load_bytes_per_program / max(stream, 1.0)
+    fetch = 1.0 + params.short_run * max(f.line_overfetch - 1.0, 0.0)
+    l2, dram, critical = l2 * fetch, dram * fetch, critical * fetch
     rounds = math.ceil(n / max(f.blocks_per_sm, 1))
     per_iteration = f.loop_instructions * params.cpi_s + f.loop_local_ops * params.local_op_s
     mma_longest = f.flops_per_program / (f.peak_flops / sms * e)

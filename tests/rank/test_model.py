@@ -133,3 +133,26 @@ def test_the_hot_loop_costs_a_lone_block_its_serial_path():
     assert predict(replace(shared, loop_instructions=100), params).bound == "compute"
     # no SASS read: the term is left out, not guessed
     assert predict(replace(lone, loop_instructions=0), params).loop_s == 0.0
+
+
+def test_short_contiguous_runs_cost_memory_time_not_tensor_core_time():
+    """The same tile read in 64-byte runs (lines touched twice per byte) takes longer where the
+    shape is memory-bound (M=16: reading the weights) and barely changes where it is
+    compute-bound; with the term switched off the layout does not matter at all."""
+    cfg = _cfg(16, 128, 32, 4, 4)
+    params = Params()
+    for shape, memory_bound in (("m16", True), ("m4096", False)):
+        numbers = {"loop_load_bytes": 9216, "loop_line_bytes": 18432}
+        row = _row(cfg, shape=shape)
+        short = replace(row, **numbers)
+        base_f = build(_desc([cfg]), row, H200, H200.sm)
+        short_f = build(_desc([cfg]), short, H200, H200.sm)
+        assert base_f.line_overfetch == 1.0 and short_f.line_overfetch == 2.0
+        assert short_f.memory_bound is memory_bound
+        base, slow = predict(base_f, params), predict(short_f, params)
+        assert slow.dram_s == pytest.approx(base.dram_s * (1 + params.short_run))
+        assert slow.compute_s == base.compute_s
+        if memory_bound:
+            assert slow.total_s > base.total_s * (1 + params.short_run / 2)
+        off = replace(params, short_run=0.0)
+        assert predict(short_f, off).total_s == predict(base_f, off).total_s
