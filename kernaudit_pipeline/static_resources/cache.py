@@ -18,7 +18,7 @@ from typing import Any
 from kernaudit_pipeline.kernel_spec import Specialization
 from kernaudit_pipeline.static_resources.results import NUMBER_FIELDS, CompileStatus
 
-CACHE_SCHEMA = 4  # 2: ptxas wgmma diagnostics; 3: the hot loop from the SASS; 4: load layouts
+CACHE_SCHEMA = 5  # 2: ptxas wgmma diagnostics; 3: the hot loop from the SASS; 5: load layouts
 
 
 @dataclass(frozen=True)

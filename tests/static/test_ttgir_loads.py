@@ -35,6 +35,12 @@ def test_row_major_operands_read_k_runs_of_a_and_n_runs_of_b(data_dir):
     assert runs == [((32, 64), 128), ((64, 32), 64)]
     assert narrow.load_bytes == (64 * 32 + 32 * 64) * 2
     assert narrow.line_bytes == 64 * 128 + 32 * 128  # A: 64 rows, one line each; B: 32 full lines
+    assert {t.shape: t.advances_along_run for t in narrow.loads} == {(64, 32): True, (32, 64): False}
+    # a narrow N tile of B: 64-byte runs too, but across the loop, not along it (the rest of
+    # each line is the neighbouring programs' columns), so its lines count as its bytes
+    slim = _compile(tiny, _cfg(64, 32, 64, 4, 3)).loads
+    b = next(t for t in slim.loads if t.shape == (64, 32))
+    assert b.run_bytes == 64 and not b.advances_along_run and b.line_bytes == b.bytes
     wide = _compile(tiny, _cfg(128, 256, 64, 8, 3)).loads
     assert wide.line_bytes == wide.load_bytes == (128 * 64 + 64 * 256) * 2
     assert wide.shortest_run_bytes == 128
@@ -61,3 +67,21 @@ def test_text_without_a_loop_or_layouts_says_nothing():
             "  %x = tt.load %p : tensor<64x32x!tt.ptr<bf16>, #linear>\n"
             "} loc(#loc1)\n")
     assert loop_loads(text).loads == ()
+
+
+def test_a_loop_that_loads_before_it_steps_is_matched_after_reading_it():
+    """Without a pipeline the loop loads from its iteration's pointer and steps it afterwards;
+    the step is a constant equal to the run (K contiguous), so the load advances along it. A
+    step by a runtime stride (K not contiguous) does not."""
+    head = ("#blocked = #ttg.blocked<{sizePerThread = [1, 8], threadsPerWarp = [8, 4], "
+            "warpsPerCTA = [4, 1], order = [1, 0]}>\n"
+            "%cst = arith.constant dense<32> : tensor<64x32xi32, #blocked>\n")
+    body = ("%r = scf.for %i = %c0 to %c8 step %c1 iter_args(%p = %p0) -> (tensor<64x32x!tt.ptr<bf16>, #blocked>) {\n"
+            "  %x = tt.load %p : tensor<64x32x!tt.ptr<bf16>, #blocked>\n"
+            "  %q = tt.addptr %p, {step} : tensor<64x32x!tt.ptr<bf16>, #blocked>, tensor<64x32xi32, #blocked>\n"
+            "  scf.yield %q : tensor<64x32x!tt.ptr<bf16>, #blocked>\n"
+            "} loc(#loc1)\n")
+    along = loop_loads(head + body.replace("{step}", "%cst"))
+    assert along.load_bytes == 64 * 32 * 2 and along.line_bytes == 64 * 128
+    across = loop_loads(head + body.replace("{step}", "%runtime"))
+    assert across.line_bytes == across.load_bytes
