@@ -246,4 +246,5 @@ def calibrate(samples: list[Sample], kernels: list[str], loko: list[LokoResult])
     errors = [r.error for r in loko if math.isfinite(r.error)]
     stated = max(errors) if errors else within_shape_error(params, samples)
     return Calibration(params, round(float(stated), 4), tuple(sorted(kernels)),
-                       note="fitted by scripts/rank_validate.py on the committed sweeps (H200: the kernels/ modules; H100: swiglu_gemm, rmsnorm_gemm)")
+                       note=f"fitted by scripts/rank_validate.py on the committed sweeps of {len(kernels)} "
+                            "kernels, each row with the features of the GPU it ran on (H200 or H100)")

@@ -79,7 +79,7 @@ class Params:
     cpi_s: float = 2.0e-9        # average time a warp spends per loop instruction (~4 cycles)
     local_op_s: float = 15e-9    # extra time per local-memory (spill) op in the loop
     issue_s: float = 0.505e-9    # one warp instruction per scheduler per cycle at 1.98 GHz
-    short_run: float = 0.3       # memory time added per extra 128-byte line touched per line of bytes
+    short_run: float = 0.3       # memory time added per extra line touched, per line of bytes loaded
 
     def to_dict(self) -> dict[str, float]:
         return asdict(self)

@@ -38,11 +38,11 @@ LINE_BYTES = 128  # an L2 cache line; sectors are 32 B, but a request covers up 
 # "%x = tt.load %p ... : tensor<32x256x!tt.ptr<f16>, #blocked>"
 _LOAD = re.compile(r"=\s*(?P<op>ttg\.async_copy_global_to_local|tt\.load)\s+(?P<ptr>%[\w.#]+)"
                    r".*?:\s*tensor<(?P<dims>(?:\d+x)+)!tt\.ptr<(?P<elem>\w+)>,\s*(?P<layout>#\w+)>")
-# "#blocked1 = #ttg.blocked<{sizePerThread = [1, 8], ..., order = [1, 0]}>"
 # "%p2 = tt.addptr %p1, %cst_3 : tensor<64x32x!tt.ptr<bf16>, ...>, tensor<64x32xi32, ...>"
 _ADDPTR = re.compile(r"^(?P<out>%[\w.#]+)\s*=\s*tt\.addptr\s+(?P<ptr>%[\w.#]+),\s*(?P<step>%[\w.#]+)")
 # "%cst_3 = arith.constant dense<32> : tensor<64x32xi32, #blocked1>"
 _CONSTANT = re.compile(r"^(?P<name>%[\w.#]+)\s*=\s*arith\.constant\s+dense<(?P<value>-?\d+)>\s*:\s*tensor<")
+# "#blocked1 = #ttg.blocked<{sizePerThread = [1, 8], ..., order = [1, 0]}>"
 _LAYOUT = re.compile(r"^(?P<name>#\w+)\s*=\s*#ttg\.blocked<\{.*?order\s*=\s*\[(?P<order>[\d,\s]+)\]")
 _ELEMENT_BITS = {"bf16": 16, "f16": 16, "f32": 32, "f64": 64, "i8": 8, "i16": 16, "i32": 32,
                  "i64": 64, "f8E4M3FN": 8, "f8E5M2": 8, "f8E4M3FNUZ": 8, "f8E5M2FNUZ": 8,
