@@ -86,10 +86,6 @@ class LoopLoads:
     def line_bytes(self) -> int:
         return sum(t.line_bytes for t in self.loads)
 
-    @property
-    def shortest_run_bytes(self) -> int:
-        return min((t.run_bytes for t in self.loads), default=0)
-
     def numbers(self) -> dict[str, int]:
         return {"loop_load_bytes": self.load_bytes, "loop_line_bytes": self.line_bytes}
 
