@@ -25,17 +25,15 @@ import pytest
 import torch
 
 from kernaudit_pipeline.kernel_spec import Shape, config_id, load_kernel_module, specialize
+from tests.kernels import test_kernel_contract as contract
 
 REPO = Path(__file__).resolve().parents[2]
 NAME = "bias_gelu_gemm"
 SMEM_OPTIN_LIMIT_BYTES = 232_448  # sm_90: 227 KiB per block
 
-# A small shape (N = 72 not divisible by 16, the others are), the space size, a clean config:
-# the same values test_kernel_contract.py lists for this kernel.
-SMALL = Shape("small", {"M": 48, "N": 72, "K": 80})
-SPACE_SIZE = (400, 440)
-CLEAN = {"BLOCK_M": 64, "BLOCK_N": 128, "BLOCK_K": 64, "GROUP_M": 8,
-         "num_warps": 4, "num_stages": 3}
+# The space size and the clean config have one home, the contract tests' tables.
+SPACE_SIZE = contract.SPACE_SIZE[NAME]
+CLEAN = contract.CLEAN[NAME]
 
 # fp32 runs of the interpreter agree with the fp32 reference to about 1e-6 (sums of at most
 # 130 products); the erf GELU differs from the tanh one by up to 4.7e-4 (near |z| = 2.7).
@@ -304,17 +302,6 @@ def _compile(cfg: dict, shape_index: int = -1):
 
 
 @pytest.mark.slow
-def test_aot_compile_for_sm90_clean_config() -> None:
-    """The contract's compile check on the clean config (shared memory, tensor cores,
-    cp.async pipeline, no stack frame)."""
-    from tests.kernels import test_kernel_contract as contract
-
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setitem(contract.CLEAN, NAME, CLEAN)
-        contract.test_aot_compile_for_sm90(NAME)
-
-
-@pytest.mark.slow
 @pytest.mark.parametrize(("cfg", "spills"), [
     # the strong Hopper tile: two warpgroups of wgmma, 128-register accumulator, fits
     (_cfg(128, 256, 64, 8, 8, 3), False),
@@ -327,8 +314,6 @@ def test_aot_compile_for_sm90(cfg: dict, spills: bool) -> None:
     """At M = 4096: wgmma from 64 rows and mma.sync below, the cp.async pipeline's shared
     memory as sized, the epilogue's exp (ex2) in the PTX, and a stack frame exactly where the
     accumulator cannot fit in registers."""
-    from tests.kernels.test_kernel_contract import _resource_usage
-
     ck = _compile(cfg)
     ptx = ck.asm["ptx"]
     assert ("wgmma" in ptx) == (cfg["BLOCK_M"] >= 64)
@@ -338,7 +323,7 @@ def test_aot_compile_for_sm90(cfg: dict, spills: bool) -> None:
     buffers = cfg["num_stages"] - (cfg["BLOCK_M"] < 64)
     tile_bytes = (cfg["BLOCK_M"] + cfg["BLOCK_N"]) * cfg["BLOCK_K"] * 2
     assert buffers * tile_bytes <= ck.metadata.shared <= SMEM_OPTIN_LIMIT_BYTES
-    usage = _resource_usage(ck.asm["cubin"])
+    usage = contract._resource_usage(ck.asm["cubin"])
     assert ("STACK:0 " not in usage) == spills, usage
 
 

@@ -61,7 +61,7 @@ SMALL_SHAPES = {
 # (issue 15) carry a tuning-scale space of >= 300 configs, as a vLLM tuner would sweep.
 SPACE_SIZE = {"swiglu_gemm": (300, 450), "rmsnorm_gemm": (300, 450), "w8a16_gemm": (300, 450),
               "w4a16_gemm": (300, 450), "fp8_block_gemm": (300, 450), "fused_moe_gemm": (300, 450),
-              "bias_gelu_gemm": (300, 450)}
+              "bias_gelu_gemm": (400, 440)}
 
 
 def _mod(name: str):
