@@ -9,11 +9,15 @@ no unmeasured config can plausibly beat the best measured one:
   ``1 / speedup`` (kernel time over baseline time) with its confidence interval, or the
   latency when no pairing is available;
 - predictions are put on the measurement's scale through the best measured config: a
-  candidate predicted 10 % slower than it is expected 10 % slower than its measured value;
+  candidate predicted 10 % slower than it is expected 10 % slower than its measured value,
+  as far as this shape's measurements bear out predicted differences (a slope of
+  log(measured) on log(predicted), shrunk toward 1, within [0, 1]);
 - an unmeasured config's most optimistic plausible value is its scaled prediction shrunk by
   ``z`` times the model's error: its stated error (which 90 % of predictions stay inside on
   kernels it was not fitted on), pulled toward the spread of the ratios this shape has shown
-  so far as measurements accumulate. Candidates come in predicted order, so once the next one
+  so far as measurements accumulate, and never below that spread (a first batch that
+  contradicts the ranking is not outweighed by the ranking's own claim). Candidates come in
+  predicted order, so once the next one
   cannot beat the upper end of the best measured CI by more than a tie margin (1 %), none of
   the rest can either, and the search stops;
 - a budget (a share of the space, a count, GPU-seconds) caps the search whatever happens.
@@ -133,6 +137,10 @@ class SearchSettings:
     # the unmeasured configs in the corrected order.
     adapt: bool = True
     adapt_shrink: float = 2.0
+    # Prior sd of the slope of log(measured) on log(predicted) (1 = the model's differences
+    # hold): how readily this shape's measurements may say that predicted differences are
+    # smaller than claimed. inf: never (the rule before 2026-12-07).
+    slope_prior_sd: float = 0.25
 
     def __post_init__(self) -> None:
         if not (self.stated_error >= 0 and math.isfinite(self.stated_error)):
@@ -145,6 +153,8 @@ class SearchSettings:
             raise ValueError("0 <= confirm_min <= confirm_max is required")
         if not self.adapt_shrink > 0:
             raise ValueError("adapt_shrink must be positive")
+        if not self.slope_prior_sd > 0:
+            raise ValueError("slope_prior_sd must be positive")
 
 
 @dataclass
@@ -243,22 +253,54 @@ def _scale_and_spread(done: list[tuple[Candidate, Observation]]) -> tuple[float,
 def model_error(done: list[tuple[Candidate, Observation]], settings: SearchSettings) -> float:
     """The error (90 % bound, log units) to allow an unmeasured config: the stated error,
     pulled toward what this shape's measurements show as they accumulate (``prior_weight``
-    measurements weigh as much as the stated error)."""
+    measurements weigh as much as the stated error), and never less than what they show.
+    The prior may widen the error of a shape whose first configs happened to agree with the
+    model, but not narrow the error of one whose configs already show the model wrong: a
+    ranking that its first batch contradicts (a reversed one, say) would otherwise be trusted
+    at its stated error for ``prior_weight`` measurements and could stop the walk there."""
     _, spread, k = _scale_and_spread(done)
     prior = math.log1p(settings.stated_error)
     seen = 1.645 * spread
     w = settings.prior_weight
     if k < 3 or w + k == 0:
         return prior
-    return math.sqrt((w * prior ** 2 + k * seen ** 2) / (w + k))
+    return max(seen, math.sqrt((w * prior ** 2 + k * seen ** 2) / (w + k)))
+
+
+def prediction_slope(done: list[tuple[Candidate, Observation]], settings: SearchSettings) -> float:
+    """How much of the predicted difference between two configs this shape's measurements
+    bear out: the slope of log(measured) on log(predicted), shrunk toward 1 (the model taken at
+    its word) with a prior of sd ``slope_prior_sd``, within [0, 1]. A first batch whose
+    predictions span 4x but whose latencies agree within 15 % reads near 0: the walk may not
+    then stop on the model's claim that the next config is 1.5x slower. Configs the model ranks
+    alike (the usual first batch) carry almost no information on the slope, so the prior
+    holds there and the rule is the one the slope leaves alone."""
+    pts = [(math.log(c.predicted_us), math.log(o.value)) for c, o in done
+           if o.ok and o.value > 0 and c.predicted_us > 0]
+    if len(pts) < 3 or settings.slope_prior_sd == math.inf:
+        return 1.0
+    mx = statistics.fmean(x for x, _ in pts)
+    my = statistics.fmean(y for _, y in pts)
+    sxx = sum((x - mx) ** 2 for x, _ in pts)
+    sxy = sum((x - mx) * (y - my) for x, y in pts)
+    # the prior in the units of sxx: the per-config residual the stated error allows (its 90 %
+    # bound over 1.645), over the prior sd of the slope, squared
+    s0 = (math.log1p(settings.stated_error) / 1.645 / settings.slope_prior_sd) ** 2
+    if s0 + sxx == 0:
+        return 1.0
+    # never above 1 (the rule may not trust the model more than its word) nor below 0 (a slope
+    # read as negative says the model tells nothing here, not that its order runs backwards)
+    return min(1.0, max(0.0, (s0 + sxy) / (s0 + sxx)))
 
 
 def _optimistic(c: Candidate, done: list[tuple[Candidate, Observation]], settings: SearchSettings) -> float:
     """The candidate's most optimistic plausible value: its prediction relative to the best
-    measured config's prediction, applied to that config's measured value, less the error."""
+    measured config's prediction, applied to that config's measured value, less the error.
+    The relative prediction counts only as far as this shape's measurements bear out
+    predicted differences (:func:`prediction_slope`)."""
     anchor_c, anchor_o = min(((cc, o) for cc, o in done if o.ok), key=lambda t: t[1].value)
-    return (anchor_o.value * c.predicted_us / anchor_c.predicted_us
-            * math.exp(-settings.z * model_error(done, settings)))
+    ratio = (c.predicted_us / anchor_c.predicted_us) ** prediction_slope(done, settings)
+    return anchor_o.value * ratio * math.exp(-settings.z * model_error(done, settings))
 
 
 def search_batched(candidates: Sequence[Candidate],

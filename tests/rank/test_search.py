@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from kernaudit_pipeline.rank.search import (
-    Candidate, Observation, SearchResult, SearchSettings, StopReason, observation_from_row, replay,
-    search, search_batched, search_two_rungs, to_confirm,
+    Candidate, Observation, SearchResult, SearchSettings, StopReason, observation_from_row, prediction_slope,
+    replay, search, search_batched, search_two_rungs, to_confirm,
 )
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -71,6 +71,54 @@ def test_a_wrong_model_measures_on_until_the_best_is_found():
     # the ratios measured/predicted spread widely, so the rule never believes the model
     assert res.stop_reason is StopReason.EXHAUSTED and len(calls) == 40
     assert res.best.config_id == "c00"
+
+
+def _reversed_rehearsal(first_batch_noise: dict[int, float], **settings) -> tuple[SearchResult, list[int]]:
+    """A reversed ranking stating ±20 %, as the CPU rehearsal of kernaudit bench --search
+    measures it: latency grows with WORK, the ranking says the reverse (WORK 24 predicted
+    fastest), and the first batch (WORK 24..21) came back with a few percent of timing noise.
+    A budget of half the space: the best the walk can find is WORK 13."""
+    work = {f"BN{64 * (1 + i % 4)}_WORK{i + 1}": i + 1 for i in range(24)}
+    values = {cid: w * first_batch_noise.get(w, 1.0) for cid, w in work.items()}
+    cands = sorted((Candidate.of(cid, 10.0 * (25 - w), {"BLOCK_N": 64 * (1 + (w - 1) % 4), "WORK": w})
+                    for cid, w in work.items()), key=lambda c: c.predicted_us)
+    measure, calls = _truth(values, ci=0.03)
+    res = search_batched(cands, lambda ids: [measure(i) for i in ids],
+                         SearchSettings(stated_error=0.2, initial=4, batch=4, max_fraction=0.5, **settings))
+    return res, [work[c] for c in calls]
+
+
+def test_a_first_batch_that_contradicts_a_confident_ranking_is_not_outweighed_by_its_prior():
+    """The first batch's measured/predicted ratios spread 0.5x..2.5x. Weighed as ten
+    measurements against these four, the stated ±20 % used to win: the walk stopped after the
+    first batch, naming WORK 22 (of 24) its best. The error allowed is now at least what the
+    measurements show, so the walk goes on to its budget and finds the fastest of its half."""
+    res, walked = _reversed_rehearsal({24: 1.048, 23: 0.933, 22: 0.966, 21: 1.019})
+    assert res.stop_reason is StopReason.BUDGET and len(walked) == 12
+    assert set(walked) == set(range(13, 25)) and res.best.config_id.endswith("_WORK13")
+
+
+def test_a_first_batch_that_bears_out_no_predicted_difference_does_not_stop_on_one():
+    """Predicted 10..40, measured within 15 % of each other (WORK 23 the fastest, by noise):
+    taken at its word, the model says the next config (predicted 60) is 3x WORK 23, beyond any
+    error it allows, and the walk stopped there. The slope of measured on predicted reads
+    near 0, so the predicted 3x counts for little and the walk goes on."""
+    noisy = {24: 0.978, 23: 0.911, 22: 1.076, 21: 1.177}
+    at_its_word, walked = _reversed_rehearsal(noisy, slope_prior_sd=math.inf)
+    assert at_its_word.stop_reason is StopReason.NO_PLAUSIBLE_WINNER and len(walked) == 4
+    res, walked = _reversed_rehearsal(noisy)
+    assert res.stop_reason is StopReason.BUDGET and set(walked) == set(range(13, 25))
+    assert res.best.config_id.endswith("_WORK13")
+
+
+def test_configs_ranked_alike_leave_the_slope_at_the_models_word():
+    """A usual first batch: predictions within 2 % of each other, latencies scattered 10 %. The
+    slope has almost nothing to learn from, so it stays near 1."""
+    done = [(Candidate(f"c{i}", 100.0 * (1 + 0.005 * i)), Observation(f"c{i}", v, v, v, 1.0))
+            for i, v in enumerate([1.0, 1.1, 0.95, 1.05, 0.9])]
+    assert prediction_slope(done, SearchSettings(stated_error=0.3)) == pytest.approx(1.0, abs=0.02)
+    spread = [(Candidate(f"c{i}", 10.0 * (1 + i)), Observation(f"c{i}", 5.0, 5.0, 5.0, 1.0)) for i in range(4)]
+    assert prediction_slope(spread, SearchSettings(stated_error=0.3)) < 0.3
 
 
 def test_a_larger_stated_error_measures_more():
