@@ -286,6 +286,10 @@ def _summary(kernel: str, shape: str, result: SearchResult, stop_name: str, stop
         "best_speedup_ci": [1.0 / best.ci_high, 1.0 / best.ci_low] if best and best.speedup else None,
         "best_latency_us": best.latency_us if best else None,
         "tied_config_ids": result.tied, "stated_error": stated,
+        # the stop rule's last comparison: the next candidate's optimistic value against the
+        # best's CI, and what the bound was made of
+        "stop_rule": {"next_optimistic": result.next_optimistic, "best_ci_high": result.best_ci_high,
+                      "slope": result.slope, "error_allowed": result.error_allowed},
         "gpu_seconds": sum(row_gpu_seconds(r) for r in rows),
         "gpu_seconds_screen": by_rung["screen"], "gpu_seconds_confirm": by_rung["confirm"],
         "gpu_seconds_runs": result.gpu_seconds, "wall_s": wall_s,
@@ -297,5 +301,5 @@ def _summary(kernel: str, shape: str, result: SearchResult, stop_name: str, stop
                      "prior_weight": settings.prior_weight, "tie_margin": settings.tie_margin,
                      "max_fraction": settings.max_fraction, "confirm_max": settings.confirm_max,
                      "confirm_min": settings.confirm_min, "adapt": settings.adapt,
-                     "adapt_shrink": settings.adapt_shrink},
+                     "adapt_shrink": settings.adapt_shrink, "slope_prior_sd": settings.slope_prior_sd},
     }

@@ -173,6 +173,10 @@ class SearchResult:
     # best measured CI's upper end
     next_optimistic: float | None = None
     best_ci_high: float | None = None
+    # and what that bound was made of: how far predicted differences counted
+    # (:func:`prediction_slope`) and the error allowed (:func:`model_error`, log units)
+    slope: float | None = None
+    error_allowed: float | None = None
 
     @property
     def gpu_seconds(self) -> float:
@@ -293,14 +297,14 @@ def prediction_slope(done: list[tuple[Candidate, Observation]], settings: Search
     return min(1.0, max(0.0, (s0 + sxy) / (s0 + sxx)))
 
 
-def _optimistic(c: Candidate, done: list[tuple[Candidate, Observation]], settings: SearchSettings) -> float:
+def _optimistic(c: Candidate, done: list[tuple[Candidate, Observation]], slope: float, error: float,
+                z: float) -> float:
     """The candidate's most optimistic plausible value: its prediction relative to the best
-    measured config's prediction, applied to that config's measured value, less the error.
-    The relative prediction counts only as far as this shape's measurements bear out
-    predicted differences (:func:`prediction_slope`)."""
+    measured config's prediction, applied to that config's measured value, less ``z`` times
+    the error. The relative prediction counts only as far as this shape's measurements bear
+    out predicted differences (``slope``, from :func:`prediction_slope`)."""
     anchor_c, anchor_o = min(((cc, o) for cc, o in done if o.ok), key=lambda t: t[1].value)
-    ratio = (c.predicted_us / anchor_c.predicted_us) ** prediction_slope(done, settings)
-    return anchor_o.value * ratio * math.exp(-settings.z * model_error(done, settings))
+    return anchor_o.value * (c.predicted_us / anchor_c.predicted_us) ** slope * math.exp(-z * error)
 
 
 def search_batched(candidates: Sequence[Candidate],
@@ -331,7 +335,8 @@ def search_batched(candidates: Sequence[Candidate],
         if len(done) >= settings.initial and ok:
             best = min(ok, key=lambda o: o.value)
             nxt = replace(pending[0], predicted_us=corrected(pending[0], corrections))
-            optimistic = _optimistic(nxt, view, settings)
+            result.slope, result.error_allowed = prediction_slope(view, settings), model_error(view, settings)
+            optimistic = _optimistic(nxt, view, result.slope, result.error_allowed, settings.z)
             result.next_optimistic, result.best_ci_high = optimistic, best.ci_high
             if optimistic * (1.0 + settings.tie_margin) >= best.ci_high:
                 result.stop_reason = StopReason.NO_PLAUSIBLE_WINNER

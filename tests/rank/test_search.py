@@ -106,8 +106,10 @@ def test_a_first_batch_that_bears_out_no_predicted_difference_does_not_stop_on_o
     noisy = {24: 0.978, 23: 0.911, 22: 1.076, 21: 1.177}
     at_its_word, walked = _reversed_rehearsal(noisy, slope_prior_sd=math.inf)
     assert at_its_word.stop_reason is StopReason.NO_PLAUSIBLE_WINNER and len(walked) == 4
+    assert at_its_word.slope == 1.0
     res, walked = _reversed_rehearsal(noisy)
     assert res.stop_reason is StopReason.BUDGET and set(walked) == set(range(13, 25))
+    assert res.slope < 0.2 and res.next_optimistic < res.best_ci_high
     assert res.best.config_id.endswith("_WORK13")
 
 
