@@ -24,6 +24,7 @@ Runs on the GPU host: torch, triton, numpy and the standard library.
 from __future__ import annotations
 
 import json
+import math
 import tempfile
 import time
 from dataclasses import replace
@@ -51,12 +52,22 @@ class _DeadlineReached(Exception):
     """The sweep's --deadline-s passed: the search ends where it is."""
 
 
+def _number(value) -> float | None:
+    """A JSON number as a float (not a bool, which JSON parsers hand over as an int), or None."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return float(value)
+
+
 def load_ranking(path: Path, kernel_name: str) -> tuple[dict[str, list[Candidate]], float | None]:
     """``kernaudit rank --json`` output: candidates per shape (best first) and the model's
-    stated error."""
+    stated error. Checked by hand, not by a schema library: this runs on the GPU host, where
+    the runner has only the standard library, torch, triton and numpy. Anything the search
+    would trip over later (a prediction that is not a positive finite number, a config ranked
+    twice, a shape ranked twice, a stated error out of range) is refused here in one line."""
     try:
         payload = json.loads(Path(path).read_text())
-    except (OSError, ValueError) as exc:
+    except (OSError, ValueError, RecursionError) as exc:  # RecursionError: nesting too deep to parse
         raise BenchError(f"--ranking {path}: not a readable ranking ({type(exc).__name__})") from None
     if not isinstance(payload, list):
         raise BenchError(f"--ranking {path}: expected the JSON list kernaudit rank --json prints")
@@ -65,16 +76,35 @@ def load_ranking(path: Path, kernel_name: str) -> tuple[dict[str, list[Candidate
     for item in payload:
         if not isinstance(item, dict) or item.get("kernel_name") != kernel_name:
             continue
-        ranked = item.get("ranked") or []
-        try:
-            out[str(item["shape_name"])] = [
-                Candidate.of(str(r["config_id"]), float(r["predicted_us"]),
-                             r.get("config") if isinstance(r.get("config"), dict) else None)
-                for r in ranked]
-        except (KeyError, TypeError, ValueError):
-            raise BenchError(f"--ranking {path}: a ranked entry lacks config_id or predicted_us") from None
-        if isinstance(item.get("stated_error"), (int, float)):
-            stated = float(item["stated_error"])
+        shape = item.get("shape_name")
+        if not isinstance(shape, str) or not shape:
+            raise BenchError(f"--ranking {path}: an entry for {kernel_name} has no shape_name")
+        if shape in out:
+            raise BenchError(f"--ranking {path}: shape {shape} is ranked twice")
+        ranked = item.get("ranked")
+        ranked = [] if ranked is None else ranked
+        if not isinstance(ranked, list):
+            raise BenchError(f"--ranking {path}: {shape}: ranked is not a list")
+        candidates: list[Candidate] = []
+        for r in ranked:
+            cid = r.get("config_id") if isinstance(r, dict) else None
+            predicted = _number(r.get("predicted_us")) if isinstance(r, dict) else None
+            if not isinstance(cid, str) or not cid or predicted is None:
+                raise BenchError(f"--ranking {path}: a ranked entry lacks config_id or predicted_us")
+            if not (math.isfinite(predicted) and predicted > 0):
+                raise BenchError(f"--ranking {path}: {shape} {cid}: predicted_us must be a positive finite number")
+            config = r.get("config")
+            candidates.append(Candidate.of(cid, predicted, config if isinstance(config, dict) else None))
+        ids = [c.config_id for c in candidates]
+        if len(set(ids)) != len(ids):
+            twice = next(i for i in ids if ids.count(i) > 1)
+            raise BenchError(f"--ranking {path}: {shape}: config {twice} is ranked twice")
+        out[shape] = candidates
+        if "stated_error" in item and item["stated_error"] is not None:
+            value = _number(item["stated_error"])
+            if value is None or not (math.isfinite(value) and 0 <= value < 10):
+                raise BenchError(f"--ranking {path}: {shape}: stated_error must be a fraction >= 0 (0.2 = 20 %)")
+            stated = value
     if not out:
         raise BenchError(f"--ranking {path} ranks nothing for {kernel_name}")
     return out, stated
