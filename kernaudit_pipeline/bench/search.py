@@ -53,10 +53,14 @@ class _DeadlineReached(Exception):
 
 
 def _number(value) -> float | None:
-    """A JSON number as a float (not a bool, which JSON parsers hand over as an int), or None."""
+    """A JSON number as a float (not a bool, which JSON parsers hand over as an int), or None.
+    An integer too large for a float reads as infinite, which every caller refuses."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None
-    return float(value)
+    try:
+        return float(value)
+    except OverflowError:
+        return math.inf
 
 
 def load_ranking(path: Path, kernel_name: str) -> tuple[dict[str, list[Candidate]], float | None]:

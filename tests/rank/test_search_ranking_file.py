@@ -36,7 +36,8 @@ def _set(path: tuple, value) -> list[dict]:
 
 
 _DELETE = object()
-BAD_NUMBERS = [None, _DELETE, "12.5", True, False, [], {}, math.nan, math.inf, -math.inf, -1.0, 0, 0.0, -0.0]
+BAD_NUMBERS = [None, _DELETE, "12.5", True, False, [], {}, math.nan, math.inf, -math.inf, -1.0, 0, 0.0, -0.0,
+               10 ** 400, -(10 ** 400)]
 CASES = (
     [("top", v) for v in ({}, "ranking", 3, None, True)]
     + [("entries", [v]) for v in (1, "x", None, [], True)]  # no entry for the kernel at all
@@ -47,7 +48,7 @@ CASES = (
     + [("config_id", _set((0, "ranked", 2, "config_id"), v)) for v in (None, _DELETE, 3, "", [], {}, True, 1.5)]
     + [("predicted_us", _set((0, "ranked", 3, "predicted_us"), v)) for v in BAD_NUMBERS]
     + [("stated_error", _set((0, "stated_error"), v)) for v in
-       (-0.1, math.nan, math.inf, -math.inf, "0.2", True, 10, 1e9, [], {})]
+       (-0.1, math.nan, math.inf, -math.inf, "0.2", True, 10, 1e9, [], {}, 10 ** 400)]
     + [("twice", _set((0, "ranked", 3, "config_id"), "c0")),
        ("twice", [_valid()[0], copy.deepcopy(_valid()[0])])]
 )
