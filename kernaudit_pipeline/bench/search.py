@@ -24,7 +24,6 @@ Runs on the GPU host: torch, triton, numpy and the standard library.
 from __future__ import annotations
 
 import json
-import math
 import tempfile
 import time
 from dataclasses import replace
@@ -35,7 +34,7 @@ from kernaudit_pipeline.bench.summary import summary_record
 from kernaudit_pipeline.bench.options import screening
 from kernaudit_pipeline.bench.supervisor import WRAP_UP_S, Group, Sweep, precompile, run_group
 from kernaudit_pipeline.core.configs import config_id
-from kernaudit_pipeline.core.values import json_safe
+from kernaudit_pipeline.core.values import finite_float, json_safe
 from kernaudit_pipeline.rank.search import (
     Candidate, Observation, SearchResult, SearchSettings, conclude, observation_from_row,
     row_gpu_seconds, search_two_rungs,
@@ -50,17 +49,6 @@ PRECOMPILE_PER_PROCESS = 4
 
 class _DeadlineReached(Exception):
     """The sweep's --deadline-s passed: the search ends where it is."""
-
-
-def _number(value) -> float | None:
-    """A JSON number as a float (not a bool, which JSON parsers hand over as an int), or None.
-    An integer too large for a float reads as infinite, which every caller refuses."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    try:
-        return float(value)
-    except OverflowError:
-        return math.inf
 
 
 def load_ranking(path: Path, kernel_name: str) -> tuple[dict[str, list[Candidate]], float | None]:
@@ -92,10 +80,10 @@ def load_ranking(path: Path, kernel_name: str) -> tuple[dict[str, list[Candidate
         candidates: list[Candidate] = []
         for r in ranked:
             cid = r.get("config_id") if isinstance(r, dict) else None
-            predicted = _number(r.get("predicted_us")) if isinstance(r, dict) else None
-            if not isinstance(cid, str) or not cid or predicted is None:
+            if not isinstance(cid, str) or not cid or r.get("predicted_us") is None:
                 raise BenchError(f"--ranking {path}: a ranked entry lacks config_id or predicted_us")
-            if not (math.isfinite(predicted) and predicted > 0):
+            predicted = finite_float(r["predicted_us"])
+            if predicted is None or predicted <= 0:
                 raise BenchError(f"--ranking {path}: {shape} {cid}: predicted_us must be a positive finite number")
             config = r.get("config")
             candidates.append(Candidate.of(cid, predicted, config if isinstance(config, dict) else None))
@@ -105,8 +93,8 @@ def load_ranking(path: Path, kernel_name: str) -> tuple[dict[str, list[Candidate
             raise BenchError(f"--ranking {path}: {shape}: config {twice} is ranked twice")
         out[shape] = candidates
         if "stated_error" in item and item["stated_error"] is not None:
-            value = _number(item["stated_error"])
-            if value is None or not (math.isfinite(value) and 0 <= value < 10):
+            value = finite_float(item["stated_error"])
+            if value is None or not 0 <= value < 10:
                 raise BenchError(f"--ranking {path}: {shape}: stated_error must be a fraction >= 0 (0.2 = 20 %)")
             stated = value
     if not out:

@@ -36,7 +36,7 @@ def _set(path: tuple, value) -> list[dict]:
 
 
 _DELETE = object()
-BAD_NUMBERS = [None, _DELETE, "12.5", True, False, [], {}, math.nan, math.inf, -math.inf, -1.0, 0, 0.0, -0.0,
+BAD_NUMBERS = [None, _DELETE, "fast", "", True, False, [], {}, math.nan, math.inf, -math.inf, -1.0, 0, 0.0, -0.0,
                10 ** 400, -(10 ** 400)]
 CASES = (
     [("top", v) for v in ({}, "ranking", 3, None, True)]
@@ -48,7 +48,7 @@ CASES = (
     + [("config_id", _set((0, "ranked", 2, "config_id"), v)) for v in (None, _DELETE, 3, "", [], {}, True, 1.5)]
     + [("predicted_us", _set((0, "ranked", 3, "predicted_us"), v)) for v in BAD_NUMBERS]
     + [("stated_error", _set((0, "stated_error"), v)) for v in
-       (-0.1, math.nan, math.inf, -math.inf, "0.2", True, 10, 1e9, [], {}, 10 ** 400)]
+       (-0.1, math.nan, math.inf, -math.inf, "a fifth", True, 10, 1e9, [], {}, 10 ** 400)]
     + [("twice", _set((0, "ranked", 3, "config_id"), "c0")),
        ("twice", [_valid()[0], copy.deepcopy(_valid()[0])])]
 )
@@ -94,9 +94,11 @@ def test_paths_that_are_not_files_are_refused_in_one_line(tmp_path):
 def test_the_valid_ranking_loads_and_ignores_other_kernels_and_unusable_configs(tmp_path):
     doc = _valid()
     doc[0]["ranked"][0]["config"] = "not a dict"
+    doc[0]["ranked"][1]["predicted_us"] = "11.0"  # a number written as a string reads as the number
     ranking, stated = load_ranking(_write(tmp_path, doc), KERNEL)
     assert stated == 0.3 and list(ranking) == ["n65536"]
     assert [c.config_id for c in ranking["n65536"]] == ["c0", "c1", "c2", "c3"]
+    assert [c.predicted_us for c in ranking["n65536"]] == [10.0, 11.0, 12.0, 13.0]
     assert ranking["n65536"][0].config == () and ranking["n65536"][1].config == (("WORK", 1),)
     doc[0]["stated_error"] = None  # no stated error: the caller's default applies
     assert load_ranking(_write(tmp_path, doc), KERNEL)[1] is None
