@@ -4,7 +4,8 @@ Thin glue between the measuring plan (``kernaudit_pipeline.rank.search``) and th
 public steps (plan, precompile, ``run_group``): for each shape, the configs are taken in the
 order the static cost model predicted (``kernaudit rank KERNEL --json``, passed with
 ``--ranking``, or computed here when absent), measured a batch at a time by the runner's own
-workers (paired against the primary reference, as in a full sweep), and the search stops when
+workers (paired against the primary reference, as in a full sweep; one worker is kept up for
+the batches, ``bench/served.py``), and the search stops when
 no unmeasured config can plausibly beat the best measured one. By default the walk is measured
 with short screening timings (``--search-screen-time-s``), and the few configs that could still
 be the best are then measured again with the sweep's own options (``--search-confirm``): the
@@ -32,6 +33,7 @@ from pathlib import Path
 from kernaudit_pipeline.bench.runner import BenchError, open_sweep, options_from, resolve, select
 from kernaudit_pipeline.bench.summary import summary_record
 from kernaudit_pipeline.bench.options import screening
+from kernaudit_pipeline.bench.served import ServedWorker
 from kernaudit_pipeline.bench.supervisor import WRAP_UP_S, Group, Sweep, precompile, run_group
 from kernaudit_pipeline.core.configs import config_id
 from kernaudit_pipeline.core.values import finite_float, json_safe
@@ -210,78 +212,95 @@ def run_search(args, argv: list[str]) -> int:
         batches = {"n": 0}
         # the kernel's own configs, for a ranking file that does not carry them (older ones)
         configs = {config_id(c): c for c in plan.configs}
-        for shape in group.shapes:
-            allowed = set(group.configs)
-            candidates = [c if c.config or c.config_id not in configs
-                          else Candidate.of(c.config_id, c.predicted_us, configs[c.config_id])
-                          for c in ranking.get(shape, []) if c.config_id in allowed]
-            if not candidates:
-                print(f"[search] {plan.name} {shape}: the ranking has no candidates; skipped", flush=True)
-                continue
-            first_row = len(rungs.rows)
-            refs_done: dict[str, dict[str, dict]] = {}  # the references are checked and timed once a shape
-            seen: dict[str, list[Observation]] = {"screen": [], "confirm": []}
-            order = [c.config_id for c in candidates]
-            compiled: set[str] = set()  # precompiled for this shape (Triton specializes on it)
+        # one worker for the batches (set up once); a batch it fails goes to fresh workers
+        served = None if getattr(args, "search_fresh_workers", False) else ServedWorker(plan, rungs, work / "served")
+        try:
+            for shape in group.shapes:
+                allowed = set(group.configs)
+                candidates = [c if c.config or c.config_id not in configs
+                              else Candidate.of(c.config_id, c.predicted_us, configs[c.config_id])
+                              for c in ranking.get(shape, []) if c.config_id in allowed]
+                if not candidates:
+                    print(f"[search] {plan.name} {shape}: the ranking has no candidates; skipped", flush=True)
+                    continue
+                first_row = len(rungs.rows)
+                refs_done: dict[str, dict[str, dict]] = {}  # the references are checked and timed once a shape
+                seen: dict[str, list[Observation]] = {"screen": [], "confirm": []}
+                order = [c.config_id for c in candidates]
+                compiled: set[str] = set()  # precompiled for this shape (Triton specializes on it)
 
-            def measure(ids: list[str], rung: str) -> list[Observation]:
-                # a worker started now would be told to wrap up at once: its configs would come
-                # back NOT_RUN, and counting them as measured would end the search as EXHAUSTED
-                if time.monotonic() >= deadline - WRAP_UP_S:
-                    raise _DeadlineReached
-                batch = Group(plan, [shape], list(ids))
-                # each worker run gets its own folder: the supervisor names its files by kernel
-                # and attempt, which repeat from one batch to the next
-                batches["n"] += 1
-                rungs.work_dir = work / f"batch{batches['n']}"
-                rungs.work_dir.mkdir()
-                ahead = compile_ahead(list(ids), order, compiled, max(len(ids), jobs * PRECOMPILE_PER_PROCESS))
-                if args.precompile_s > 0 and ahead:  # 0: Triton's cache is warm
-                    precompile([Group(plan, [shape], ahead)], rungs, jobs, args.precompile_s)
-                    compiled.update(ahead)
-                before = len(rungs.rows)
-                opts = rung_options[rung]
-                # the reference's library is probed once per shape, with its first check
-                rungs.options = replace(opts, probe_backends=opts.probe_backends and not refs_done)
-                run_group(batch, rungs, references_done=refs_done)
-                for r in rungs.rows[before:]:
-                    r["_rung"] = rung
-                rows = {r.get("config_id"): r for r in rungs.rows[before:]
-                        if r.get("record_type") == "run" and r.get("shape_name") == shape}
-                observations = [observation_from_row(rows[i]) if i in rows
-                                else Observation.failed(i, 0.0, "no row written") for i in ids]
-                if any(r.get("stop_reason") == "DEADLINE" or r.get("run_status") == "NOT_RUN"
-                       for r in rows.values()) and time.monotonic() >= deadline - WRAP_UP_S:
-                    # the batch was cut short: keep what it measured, a config the deadline kept
-                    # from running was not measured
-                    seen[rung] += [o for o, i in zip(observations, ids)
-                                   if i in rows and rows[i].get("run_status") != "NOT_RUN"]
-                    raise _DeadlineReached
-                seen[rung] += observations
-                return observations
+                def measure(ids: list[str], rung: str) -> list[Observation]:
+                    # a worker started now would be told to wrap up at once: its configs would come
+                    # back NOT_RUN, and counting them as measured would end the search as EXHAUSTED
+                    if time.monotonic() >= deadline - WRAP_UP_S:
+                        raise _DeadlineReached
+                    # each worker run gets its own folder: the supervisor names its files by kernel
+                    # and attempt, which repeat from one batch to the next
+                    batches["n"] += 1
+                    rungs.work_dir = work / f"batch{batches['n']}"
+                    rungs.work_dir.mkdir()
+                    ahead = compile_ahead(list(ids), order, compiled, max(len(ids), jobs * PRECOMPILE_PER_PROCESS))
+                    if args.precompile_s > 0 and ahead:  # 0: Triton's cache is warm
+                        precompile([Group(plan, [shape], ahead)], rungs, jobs, args.precompile_s)
+                        compiled.update(ahead)
+                    before = len(rungs.rows)
+                    opts = rung_options[rung]
+                    # the reference's library is probed once per shape, with its first check
+                    rungs.options = replace(opts, probe_backends=opts.probe_backends and not refs_done)
+                    left = list(ids)
+                    if served is not None:
+                        got, failed = served.run([shape], [(shape, i) for i in ids], refs_done)
+                        left = [i for i in ids if (shape, i) not in got] if failed else []
+                        if failed:
+                            print(f"[search] serving worker failed ({failed}); {len(left)} configs of the "
+                                  "batch go to fresh workers", flush=True)
+                    if left:
+                        run_group(Group(plan, [shape], left), rungs, references_done=refs_done)
+                    for r in rungs.rows[before:]:
+                        r["_rung"] = rung
+                    rows = {r.get("config_id"): r for r in rungs.rows[before:]
+                            if r.get("record_type") == "run" and r.get("shape_name") == shape}
+                    observations = [observation_from_row(rows[i]) if i in rows
+                                    else Observation.failed(i, 0.0, "no row written") for i in ids]
+                    if any(r.get("stop_reason") == "DEADLINE" or r.get("run_status") == "NOT_RUN"
+                           for r in rows.values()) and time.monotonic() >= deadline - WRAP_UP_S:
+                        # the batch was cut short: keep what it measured, a config the deadline kept
+                        # from running was not measured
+                        seen[rung] += [o for o, i in zip(observations, ids)
+                                       if i in rows and rows[i].get("run_status") != "NOT_RUN"]
+                        raise _DeadlineReached
+                    seen[rung] += observations
+                    return observations
 
-            t0 = time.monotonic()
-            try:
-                result = search_two_rungs(candidates, lambda ids: measure(ids, "screen"),
-                                          lambda ids: measure(ids, "confirm"), settings)
-                stop_name, stop_text = result.stop_reason.name, result.stop_reason.value
-            except _DeadlineReached:
-                result = conclude(SearchResult(candidates=len(candidates), measured=seen["screen"],
-                                               confirmed=seen["confirm"]))
-                stop_name, stop_text = "DEADLINE", "the sweep's --deadline-s passed"
-            rows = rungs.rows[first_row:]
-            confirmed = {o.config_id for o in result.confirmed}
-            for row in final_rows(rows, shape, confirmed, screen_s):
-                sweep.emit(row)
-            summaries.append(_summary(plan.name, shape, result, stop_name, stop_text, stated, settings,
-                                      rows, screen_s, rung_options, time.monotonic() - t0))
-            s = summaries[-1]
-            print(f"[search] {plan.name} {shape}: {s['measured']}/{s['candidates']} measured"
-                  + (f" ({len(confirmed)} confirmed at full precision)" if screen_s > 0 else "")
-                  + f", {s['gpu_seconds']:.1f} GPU-s, best {s['best_config_id']} ({stop_text})", flush=True)
+                t0 = time.monotonic()
+                try:
+                    result = search_two_rungs(candidates, lambda ids: measure(ids, "screen"),
+                                              lambda ids: measure(ids, "confirm"), settings)
+                    stop_name, stop_text = result.stop_reason.name, result.stop_reason.value
+                except _DeadlineReached:
+                    result = conclude(SearchResult(candidates=len(candidates), measured=seen["screen"],
+                                                   confirmed=seen["confirm"]))
+                    stop_name, stop_text = "DEADLINE", "the sweep's --deadline-s passed"
+                rows = rungs.rows[first_row:]
+                confirmed = {o.config_id for o in result.confirmed}
+                for row in final_rows(rows, shape, confirmed, screen_s):
+                    sweep.emit(row)
+                summaries.append(_summary(plan.name, shape, result, stop_name, stop_text, stated, settings,
+                                          rows, screen_s, rung_options, time.monotonic() - t0))
+                s = summaries[-1]
+                print(f"[search] {plan.name} {shape}: {s['measured']}/{s['candidates']} measured"
+                      + (f" ({len(confirmed)} confirmed at full precision)" if screen_s > 0 else "")
+                      + f", {s['gpu_seconds']:.1f} GPU-s, best {s['best_config_id']} ({stop_text})", flush=True)
+        finally:
+            if served is not None:
+                served.close()
         sweep.options = options
         summary = summary_record(sweep, started_wall, argv, args.deadline_s, [plan.name], list(group.shapes))
         summary["search_gpu_busy_s_all_rungs"] = sum(row_gpu_seconds(r) for r in rungs.rows)
+        # batches the kept-up worker measured, and how many such workers were started (one
+        # unless a batch failed); None with --search-fresh-workers
+        summary["search_served_batches"] = served.batches if served is not None else None
+        summary["search_serving_workers_started"] = served.starts if served is not None else None
         sweep.emit(summary)
     if args.search_summary:
         Path(args.search_summary).write_text(json.dumps(json_safe(summaries), indent=1) + "\n")

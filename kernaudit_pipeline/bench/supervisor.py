@@ -259,6 +259,31 @@ def _reference_row(plan: KernelPlan, shape_name: str, label: str, status: RunSta
         flops=sp.flops, bytes_moved=sp.bytes_moved, attempt=attempt)))
 
 
+def absorb_rows(rows: list[dict], sweep: Sweep, refs_done: dict[str, dict[str, dict]]) -> set[tuple[str, str]]:
+    """Emit a worker's rows; note each reference it checked (so a later worker of the same
+    shapes need not check it again). Returns the (shape, config) pairs that got a run row."""
+    done: set[tuple[str, str]] = set()
+    for row in rows:
+        if row.get("record_type") == RecordType.RUN.value:
+            done.add((row.get("shape_name"), row.get("config_id")))
+        elif row.get("record_type") == RecordType.BASELINE.value:
+            refs_done.setdefault(row.get("shape_name"), {})[row.get("config_id")] = {
+                "status": row.get("run_status"), "backend": row.get("baseline_backend"),
+                "message": row.get("run_message")}
+        sweep.emit(row)
+    return done
+
+
+def sweep_spec(plan_path: Path, shapes: list[str], items: list[tuple[str, str]], refs_done: dict,
+               failed_refs: dict, attempt: int, rows_path: Path, progress_path: Path, sweep: Sweep) -> dict:
+    """What a sweep worker (or one batch of a serving worker) is told to do."""
+    return {"mode": "sweep", "plan_path": str(plan_path), "shapes": shapes, "items": items,
+            "references_done": refs_done, "failed_references": failed_refs, "attempt": attempt,
+            "rows_path": str(rows_path), "progress_path": str(progress_path),
+            "options": asdict(sweep.options), "driver_version": sweep.driver_version,
+            "deadline_epoch": time.time() + (sweep.deadline - time.monotonic()) - WRAP_UP_S}
+
+
 def run_group(group: Group, sweep: Sweep, max_attempts: int = 8,
               references_done: dict[str, dict[str, dict]] | None = None) -> None:
     """Sweep one kernel: the step in flight when a worker dies becomes a failure row, and a
@@ -277,22 +302,11 @@ def run_group(group: Group, sweep: Sweep, max_attempts: int = 8,
         rows_path = sweep.work_dir / f"{tag}.rows.jsonl"
         plan_path = sweep.work_dir / f"{plan.stem}.plan.json"
         plan_path.write_text(plan.to_json())
-        spec = {"mode": "sweep", "plan_path": str(plan_path), "shapes": todo_shapes, "items": todo,
-                "references_done": refs_done, "failed_references": failed_refs, "attempt": attempt,
-                "rows_path": str(rows_path), "progress_path": str(sweep.work_dir / f"{tag}.progress"),
-                "options": asdict(sweep.options), "driver_version": sweep.driver_version,
-                "deadline_epoch": time.time() + (sweep.deadline - time.monotonic()) - WRAP_UP_S}
+        spec = sweep_spec(plan_path, todo_shapes, todo, refs_done, failed_refs, attempt, rows_path,
+                          sweep.work_dir / f"{tag}.progress", sweep)
         rc, killed_for, final = supervise(spec, sweep.work_dir, tag, sweep.options.timeout_s, sweep.deadline)
         rows = read_jsonl(rows_path.read_text()) if rows_path.exists() else []
-        done: set[tuple[str, str]] = set()
-        for row in rows:
-            if row.get("record_type") == RecordType.RUN.value:
-                done.add((row.get("shape_name"), row.get("config_id")))
-            elif row.get("record_type") == RecordType.BASELINE.value:
-                refs_done.setdefault(row.get("shape_name"), {})[row.get("config_id")] = {
-                    "status": row.get("run_status"), "backend": row.get("baseline_backend"),
-                    "message": row.get("run_message")}
-            sweep.emit(row)
+        done = absorb_rows(rows, sweep, refs_done)
         if rc == 0 and killed_for is None:
             todo = [item for item in todo if item not in done]
             break

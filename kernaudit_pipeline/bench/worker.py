@@ -1,11 +1,12 @@
 """The worker process: the only place a kernel module is imported and its code run.
 
-``python -m kernaudit_pipeline.bench.worker SPEC.json`` runs one of four modes:
+``python -m kernaudit_pipeline.bench.worker SPEC.json`` runs one of five modes:
 
 - ``plan``: import the kernel module and write its :class:`~kernaudit_pipeline.bench.plan.KernelPlan`
   (shapes, configs, grids, FLOP and byte counts, references) for the parent;
 - ``sweep``: one kernel's shapes (``bench/sweep.py``), rows appended to ``rows_path`` as they
   finish, the step in flight written to ``progress_path`` for the supervisor;
+- ``serve``: a ``sweep`` worker that stays up for one batch after another (``bench --search``);
 - ``precompile``: fill Triton's on-disk cache for a slice of (config, shape) pairs;
 - ``peaks``: the measured ceilings (``bench/peaks.py``).
 
@@ -58,21 +59,14 @@ def plan_worker(spec: dict) -> int:
     return 0
 
 
-def sweep_worker(spec: dict) -> int:
+def _sweep_items(spec: dict, mod, plan, backend, writer: Writer) -> int:
+    """Sweep the (shape, config) items of one spec with a module and a device already set up:
+    a ``sweep`` worker's one run, or one batch of a ``serve`` worker."""
     import numpy as np
 
-    from kernaudit_pipeline.bench.plan import KernelPlan
     from kernaudit_pipeline.bench.sweep import DEADLINE_BEFORE_PREPARE, Context, FatalCudaError, skip_shape, sweep_shape
-    from kernaudit_pipeline.bench.timing import make_backend
-    from kernaudit_pipeline.kernel_spec import load_kernel_module
 
     opts = BenchOptions(**spec["options"])
-    writer = Writer(Path(spec["rows_path"]), Path(spec["progress_path"]))
-    writer.mark("import")
-    plan = KernelPlan.from_json(Path(spec["plan_path"]).read_text())
-    mod = load_kernel_module(Path(plan.path))
-    writer.mark("device")
-    backend = make_backend(opts.device, opts.clock_fraction)
     attempt = int(spec.get("attempt", 0))
     ctx = Context(mod=mod, kinfo=plan.info, dev=backend.device_info(spec.get("driver_version")),
                   writer=writer, backend=backend, opts=opts, attempt=attempt,
@@ -96,6 +90,61 @@ def sweep_worker(spec: dict) -> int:
         return EXIT_CUDA_FATAL
     writer.mark("done")
     return 0
+
+
+def _set_up(spec: dict, writer: Writer):
+    """Import the kernel module and open the device: what every run of a ``sweep`` worker
+    pays before its first config (about 6 s of torch and triton imports on the H100 host)."""
+    from kernaudit_pipeline.bench.plan import KernelPlan
+    from kernaudit_pipeline.bench.timing import make_backend
+    from kernaudit_pipeline.kernel_spec import load_kernel_module
+
+    opts = BenchOptions(**spec["options"])
+    writer.mark("import")
+    plan = KernelPlan.from_json(Path(spec["plan_path"]).read_text())
+    mod = load_kernel_module(Path(plan.path))
+    writer.mark("device")
+    return plan, mod, make_backend(opts.device, opts.clock_fraction)
+
+
+def sweep_worker(spec: dict) -> int:
+    writer = Writer(Path(spec["rows_path"]), Path(spec["progress_path"]))
+    plan, mod, backend = _set_up(spec, writer)
+    return _sweep_items(spec, mod, plan, backend, writer)
+
+
+def serve_worker(spec: dict) -> int:
+    """A sweep worker that stays up for batch after batch of one kernel (``kernaudit bench
+    --search``): set up once, then for each ``<n>.json`` that appears in ``inbox`` (a sweep
+    spec with its own rows and progress files), sweep it and write ``<n>.done`` holding the
+    exit code a ``sweep`` worker would have returned; ``<n>.stop`` ends it. A batch that ends
+    the CUDA context ends the worker with that code, as a ``sweep`` worker would. It runs in a
+    session of its own (the supervisor kills it by process group), so it also ends when its
+    parent is gone: killed with its command, it must not hold the GPU waiting for a batch."""
+    import os
+    import time
+
+    parent = os.getppid()
+    writer = Writer(Path(spec["rows_path"]), Path(spec["progress_path"]))
+    plan, mod, backend = _set_up(spec, writer)
+    inbox = Path(spec["inbox"])
+    writer.mark("ready")
+    n = 0
+    while True:
+        batch, stop = inbox / f"{n}.json", inbox / f"{n}.stop"
+        while not batch.exists() and not stop.exists():
+            if os.getppid() != parent:
+                print("[bench] the supervisor is gone; serving worker exits", flush=True)
+                return 0
+            time.sleep(0.01)
+        if stop.exists():
+            return 0
+        item = json.loads(batch.read_text())
+        rc = _sweep_items(item, mod, plan, backend, Writer(Path(item["rows_path"]), Path(item["progress_path"])))
+        if rc != 0:
+            return rc
+        (inbox / f"{n}.done").write_text(str(rc))
+        n += 1
 
 
 def precompile_worker(spec: dict) -> int:
@@ -137,7 +186,7 @@ def peaks_worker(spec: dict) -> int:
     return 0
 
 
-MODES = {"plan": plan_worker, "sweep": sweep_worker, "precompile": precompile_worker,
+MODES = {"plan": plan_worker, "sweep": sweep_worker, "serve": serve_worker, "precompile": precompile_worker,
          "peaks": peaks_worker}
 
 

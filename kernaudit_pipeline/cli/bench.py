@@ -103,6 +103,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     p.add_argument("--search-fixed-order", action="store_true",
                    help="--search: walk the model's order as ranked; by default the order is corrected "
                         "after each batch by what the shape's measurements say about each config value")
+    p.add_argument("--search-fresh-workers", action="store_true",
+                   help="--search: start a new worker for each batch (as before 2026-12-07); by default one "
+                        "worker is kept up for the batches, and a batch it fails goes to fresh workers")
 
 
 def run(args: argparse.Namespace) -> int:

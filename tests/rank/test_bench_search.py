@@ -154,16 +154,17 @@ def test_bad_search_options_are_one_line_exit_2(tmp_path, extra, needle):
     assert len(proc.stderr.strip().splitlines()) == 1
 
 
-@pytest.mark.parametrize("screen", ["0", "1.0"])
-def test_the_deadline_ends_the_search_with_what_it_has(tmp_path, screen):
-    """24 configs, each timed for at least a second (at full precision, or by a screening rung
-    as long), and a worker start-up per batch of 4 do not fit in 12 s (the workers are told to
-    wrap up 6 s before it); a stated error of 500 % keeps the stop rule from ending the search
-    first. Configs the deadline kept from running are not counted as measured, so the search
-    ends as DEADLINE, never as EXHAUSTED."""
+def test_the_deadline_ends_the_search_with_what_it_has(tmp_path):
+    """24 configs, each timed for at least a second at full precision, do not fit in 12 s (the
+    workers are told to wrap up 6 s before it); a stated error of 500 % keeps the stop rule from
+    ending the search first. Configs the deadline kept from running are not counted as
+    measured, so the search ends as DEADLINE, never as EXHAUSTED. (A screening rung is bounded
+    by its block cap, not by --search-screen-time-s, and the kept-up worker no longer pays a
+    start-up per batch, so on this test double a screened walk may finish inside 12 s: the
+    deadline in a screened walk is tested on a config that hangs, tests/bench/test_served.py.)"""
     proc, rows, summaries = _search(tmp_path, _ranking(tmp_path / "w.json", "wrong"), "--deadline-s", "12",
                                     "--min-time-s", "1.0", "--max-seconds-per-config", "2.0",
-                                    "--search-stated-error", "5", "--search-screen-time-s", screen)
+                                    "--search-stated-error", "5", "--search-screen-time-s", "0")
     assert proc.returncode == 0, proc.stderr
     (s,) = summaries
     assert s["stop_reason"] == "DEADLINE" and s["measured"] < 24
