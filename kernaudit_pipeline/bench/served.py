@@ -25,7 +25,9 @@ from pathlib import Path
 
 from kernaudit_pipeline.bench.plan import KernelPlan
 from kernaudit_pipeline.bench.records import read_jsonl
-from kernaudit_pipeline.bench.supervisor import POLL_S, Sweep, absorb_rows, kill, log_tail, spawn, sweep_spec
+from kernaudit_pipeline.bench.supervisor import (
+    POLL_S, StepWatch, Sweep, absorb_rows, kill, log_tail, spawn, sweep_spec,
+)
 
 
 class ServedWorker:
@@ -60,7 +62,7 @@ class ServedWorker:
         """Poll the worker until ``until()`` holds (None) or it fails: the reason it failed.
         A step (start-up included) may last ``--timeout-s``; nothing may outlast the deadline."""
         assert self.proc is not None
-        step, started = None, time.monotonic()
+        watch = StepWatch(progress)
         while True:
             self._echo()
             if until():
@@ -68,17 +70,10 @@ class ServedWorker:
             rc = self.proc.poll()
             if rc is not None:
                 return f"serving worker exited with {rc}: {log_tail(self.log_path, 400).strip()[-300:]}"
-            try:
-                current = progress.read_text()
-            except OSError:
-                current = step
-            if current != step:
-                step, started = current, time.monotonic()
-            now = time.monotonic()
-            if now - started > self.sweep.options.timeout_s:
-                return f"step {step or 'start-up'!r} ran over {self.sweep.options.timeout_s:g} s"
-            if now > self.sweep.deadline:
-                return f"sweep deadline reached during {step or 'start-up'!r}"
+            watch.update()
+            overrun = watch.overrun(self.sweep.options.timeout_s, self.sweep.deadline)
+            if overrun is not None:
+                return overrun.message
             time.sleep(POLL_S / 10)
 
     def _start(self) -> str | None:

@@ -139,6 +139,34 @@ def log_tail(path: Path, chars: int = 4000) -> str:
         return ""
 
 
+class StepWatch:
+    """The step a worker is on (its progress file) and since when: what the step limit and the
+    deadline are checked against, for a worker per run and for the search's kept-up one."""
+
+    def __init__(self, progress: Path):
+        self.progress = progress
+        self.step, self.started = "", time.monotonic()
+
+    def update(self) -> None:
+        try:
+            current = self.progress.read_text()
+        except OSError:
+            current = self.step
+        if current != self.step:
+            self.step, self.started = current, time.monotonic()
+
+    def overrun(self, step_timeout_s: float, deadline: float) -> Kill | None:
+        """Why the worker must be stopped now, if it must: its step ran over the limit (start-up
+        included), or the sweep's deadline passed."""
+        now = time.monotonic()
+        if now - self.started > step_timeout_s:
+            return Kill(f"step {self.step or 'start-up'!r} ran over {step_timeout_s:g} s")
+        if now > deadline:
+            return Kill(f"sweep deadline reached during {self.step or 'start-up'!r}; its worker was stopped",
+                        at_deadline=True)
+        return None
+
+
 def supervise(spec: dict, work_dir: Path, tag: str, step_timeout_s: float, deadline: float,
               echo: bool = True) -> tuple[int | None, Kill | None, str]:
     """Run one worker to its end, killing it when the step in flight (start-up included)
@@ -148,28 +176,17 @@ def supervise(spec: dict, work_dir: Path, tag: str, step_timeout_s: float, deadl
     progress.write_text("")
     proc, log_path = spawn(spec, work_dir, tag)
     killed_for = None
-    step, step_started = "", time.monotonic()
+    watch = StepWatch(progress)
     printed = 0
     while True:
         rc = proc.poll()
-        try:
-            current = progress.read_text()
-        except OSError:
-            current = step
-        if current != step:
-            step, step_started = current, time.monotonic()
+        watch.update()
         if echo:
             printed = _echo_new(log_path, printed)
         if rc is not None:
             break
-        now = time.monotonic()
-        if now - step_started > step_timeout_s:
-            killed_for = Kill(f"step {step or 'start-up'!r} ran over {step_timeout_s:g} s")
-            kill(proc)
-            break
-        if now > deadline:
-            killed_for = Kill(f"sweep deadline reached during {step or 'start-up'!r}; its worker was stopped",
-                              at_deadline=True)
+        killed_for = watch.overrun(step_timeout_s, deadline)
+        if killed_for is not None:
             kill(proc)
             break
         time.sleep(POLL_S)
@@ -178,7 +195,7 @@ def supervise(spec: dict, work_dir: Path, tag: str, step_timeout_s: float, deadl
     try:
         final = progress.read_text()
     except OSError:
-        final = step
+        final = watch.step
     return proc.returncode, killed_for, final
 
 
