@@ -64,6 +64,9 @@ QUICK = BenchOptions(min_samples=5, max_seconds_per_config=0.25, min_blocks=3, m
 # order the walk down the predicted ranking (the contenders are then re-measured with the
 # sweep's own options).
 SCREEN_TIME_S = 0.01
+# The screening rung's block cap: with the sweep's block length it bounds a screening timing,
+# whatever --search-screen-time-s asks (6 x 15 ms by default).
+SCREEN_MAX_BLOCKS = 6
 
 
 def screening(options: BenchOptions, time_s: float = SCREEN_TIME_S) -> BenchOptions:
@@ -72,6 +75,6 @@ def screening(options: BenchOptions, time_s: float = SCREEN_TIME_S) -> BenchOpti
     rule that times the reference's own row keeps the sweep's settings), a looser precision
     target, no other references. Its CI is wide but honest (the same block statistics), which
     is what the walk's stop rule and the choice of contenders read."""
-    return replace(options, min_time_s=time_s, min_blocks=3, max_blocks=6, min_pairs=2,
+    return replace(options, min_time_s=time_s, min_blocks=3, max_blocks=SCREEN_MAX_BLOCKS, min_pairs=2,
                    block_s=min(options.block_s, time_s / 2),
                    speedup_rsd_target=max(options.speedup_rsd_target, 0.01), references_top_k=0)

@@ -12,7 +12,7 @@ import sys
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from kernaudit_pipeline.bench.options import QUICK, SCREEN_TIME_S
+    from kernaudit_pipeline.bench.options import QUICK, SCREEN_MAX_BLOCKS, SCREEN_TIME_S
     from kernaudit_pipeline.bench.options import BenchOptions as D  # the one home of the defaults
     from kernaudit_pipeline.kernel_spec import KERNELS_DIR
     from kernaudit_pipeline.rank.search import SearchSettings
@@ -94,8 +94,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     p.add_argument("--search-stated-error", type=float, default=None,
                    help="--search: the model's error to allow (default: the one the ranking states)")
     p.add_argument("--search-screen-time-s", type=float, default=SCREEN_TIME_S,
-                   help="--search: walk the predicted order with short paired timings of this much GPU time "
-                        "per config (a screening rung), then re-measure the contenders at full precision; "
+                   help="--search: walk the predicted order with short paired timings of about this much GPU "
+                        f"time per config (a screening rung; at most {SCREEN_MAX_BLOCKS} blocks of half this or "
+                        f"{D.block_s * 1e3:g} ms, whichever is shorter, bound it), then re-measure the contenders "
+                        "at full precision; "
                         f"0 measures every config at full precision (default {SCREEN_TIME_S} s)")
     p.add_argument("--search-confirm", type=int, default=SearchSettings.confirm_max,
                    help="--search: at most this many screened contenders re-measured at full precision "
