@@ -59,18 +59,18 @@ class ServedWorker:
             self._printed += len(data)
 
     def _watch(self, progress: Path, until) -> str | None:
-        """Poll the worker until ``until()`` holds (None) or it fails: the reason it failed.
-        A step (start-up included) may last ``--timeout-s``; nothing may outlast the deadline."""
+        """Poll the worker until ``until(step)`` holds for its progress mark ``step`` (returns
+        None) or it fails (returns why). A step (start-up included) may last ``--timeout-s``; nothing may outlast the deadline."""
         assert self.proc is not None
         watch = StepWatch(progress)
         while True:
             self._echo()
-            if until():
+            watch.update()
+            if until(watch.step):
                 return None
             rc = self.proc.poll()
             if rc is not None:
                 return f"serving worker exited with {rc}: {log_tail(self.log_path, 400).strip()[-300:]}"
-            watch.update()
             overrun = watch.overrun(self.sweep.options.timeout_s, self.sweep.deadline)
             if overrun is not None:
                 return overrun.message
@@ -89,7 +89,7 @@ class ServedWorker:
                 "mode": "serve", "inbox": str(self.inbox)}
         self.proc, self.log_path = spawn(spec, root, "serve")
         self._printed, self.batch = 0, 0
-        failed = self._watch(progress, lambda: _read(progress) == "ready")
+        failed = self._watch(progress, lambda step: step == "ready")
         if failed:
             self.close(at_once=True)
         return failed
@@ -116,7 +116,7 @@ class ServedWorker:
         self.batch += 1
         self.batches += 1
         done_marker = self.inbox / f"{n}.done"
-        failed = self._watch(progress, done_marker.exists)
+        failed = self._watch(progress, lambda step: done_marker.exists())
         rows = read_jsonl(rows_path.read_text()) if rows_path.exists() else []
         done = absorb_rows(rows, self.sweep, refs_done)
         if failed:
@@ -139,9 +139,3 @@ class ServedWorker:
         self._echo()
         self.proc = None
 
-
-def _read(path: Path) -> str:
-    try:
-        return path.read_text()
-    except OSError:
-        return ""
