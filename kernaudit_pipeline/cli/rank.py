@@ -56,7 +56,7 @@ def run(args: argparse.Namespace) -> int:
     check_common(args)
     if args.top is not None and args.top < 1:
         raise UserError("--top must be at least 1")
-    from kernaudit_pipeline.rank.model import load_calibration  # noqa: PLC0415
+    from kernaudit_pipeline.rank.model import CalibrationError, load_calibration  # noqa: PLC0415
     from kernaudit_pipeline.rank.ranking import rank_kernels  # noqa: PLC0415
     from kernaudit_pipeline.static_resources import UnknownKernel  # noqa: PLC0415
 
@@ -64,7 +64,10 @@ def run(args: argparse.Namespace) -> int:
     if args.calibration is not None:
         if not args.calibration.is_file():
             raise UserError(f"--calibration {args.calibration}: no such file")
-        calibration = load_calibration(args.calibration)
+        try:
+            calibration = load_calibration(args.calibration)
+        except CalibrationError as exc:
+            raise UserError(f"--calibration {exc}") from None
     try:
         report = rank_kernels([args.kernel], shapes=args.shapes, device_name=args.device,
                               timeout_s=args.timeout_s, max_workers=args.jobs,

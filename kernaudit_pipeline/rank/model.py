@@ -50,6 +50,8 @@ import math
 from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
 from kernaudit_pipeline.rank.features import Features
 
 CALIBRATION_FILE = Path(__file__).with_name("calibration.json")
@@ -116,19 +118,68 @@ class Calibration:
                            "fitted_on": list(self.fitted_on), "note": self.note}, indent=2) + "\n"
 
     @classmethod
-    def from_json(cls, text: str) -> Calibration:
-        data = json.loads(text)
-        return cls(Params.from_dict(data.get("params", {})), float(data.get("stated_error", 0.15)),
-                   tuple(data.get("fitted_on", ())), str(data.get("note", "")))
+    def from_json(cls, text: str | bytes) -> Calibration:
+        """Read a calibration file, refusing what the model cannot use: an unknown parameter
+        (a misspelt one would silently keep its prior), a value that is not a finite number or
+        lies outside the range the fit may move it in (``FITTED``; a zero efficiency or
+        bandwidth would divide by zero), or a stated error outside [0, 10)."""
+        try:
+            doc = _CalibrationDoc.model_validate_json(text)
+        except ValidationError as exc:
+            err = exc.errors()[0]
+            where = ".".join(str(part) for part in err["loc"]) or "the document"
+            raise CalibrationError(f"{where}: {err['msg']}") from None
+        for name, value in doc.params.items():
+            if name not in PARAM_RANGES:
+                raise CalibrationError(f"params.{name}: not a parameter of the model "
+                                       f"(known: {', '.join(PARAM_RANGES)})")
+            if not math.isfinite(value):  # an integer too large for a float reads as inf
+                raise CalibrationError(f"params.{name}: not a finite number")
+            low, high = PARAM_RANGES[name]
+            slack = 1e-9 * max(abs(low), abs(high))  # a bounded fit may land on a bound
+            if not low - slack <= value <= high + slack:
+                raise CalibrationError(f"params.{name}: {value:g} is outside [{low:g}, {high:g}]")
+        return cls(Params.from_dict(doc.params), doc.stated_error, doc.fitted_on, doc.note)
+
+
+class CalibrationError(ValueError):
+    """A calibration file the model cannot use; the message is one line."""
+
+
+class _CalibrationDoc(BaseModel):
+    """The calibration file as written by ``Calibration.to_json``."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    params: dict[str, float] = Field(default_factory=dict)
+    stated_error: float = Field(0.15, ge=0.0, lt=10.0, allow_inf_nan=False)
+    fitted_on: tuple[str, ...] = ()
+    note: str = ""
+
+
+# Where each parameter may lie: the fit's own bounds, and for the three it never moves a range
+# that keeps the terms meaningful (a soft maximum with p >= 1, a non-negative spill factor, a
+# positive issue time).
+PARAM_RANGES: dict[str, tuple[float, float]] = {
+    **FITTED, "softmax_p": (1.0, 64.0), "spill_k": (0.0, 100.0), "issue_s": (1e-12, 1e-6)}
 
 
 def load_calibration(path: Path | None = None) -> Calibration:
-    """The committed calibration, or the priors when there is none."""
-    path = path or CALIBRATION_FILE
+    """The calibration at ``path``; with none given, the shipped one, or the priors when it is
+    missing. A file that cannot be read or used raises :class:`CalibrationError`: a ranking
+    from priors presented as calibrated would state the wrong error."""
+    if path is None:
+        if not CALIBRATION_FILE.is_file():
+            return Calibration(Params())
+        path = CALIBRATION_FILE
     try:
-        return Calibration.from_json(path.read_text())
-    except (OSError, ValueError, TypeError, KeyError):
-        return Calibration(Params())
+        text = path.read_bytes()
+    except OSError as exc:
+        raise CalibrationError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    try:
+        return Calibration.from_json(text)
+    except CalibrationError as exc:
+        raise CalibrationError(f"{path}: {exc}") from None
 
 
 @dataclass(frozen=True)

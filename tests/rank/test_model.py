@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import replace
 
@@ -11,7 +12,7 @@ from kernaudit_pipeline.core.configs import config_id
 from kernaudit_pipeline.core.hardware import lookup
 from kernaudit_pipeline.kernel_spec import Shape
 from kernaudit_pipeline.rank.features import Family, _grouped_dram_bytes, build
-from kernaudit_pipeline.rank.model import Calibration, Params, load_calibration, predict
+from kernaudit_pipeline.rank.model import Calibration, CalibrationError, Params, load_calibration, predict
 from kernaudit_pipeline.static_resources import ARCHS, CompileStatus
 from kernaudit_pipeline.static_resources.describe import KernelDescription, Pair
 from kernaudit_pipeline.static_resources.results import make_result
@@ -111,11 +112,65 @@ def test_the_shipped_calibration_loads_and_falls_back(tmp_path):
     shipped = load_calibration()
     assert isinstance(shipped, Calibration) and 0 < shipped.stated_error < 1
     assert set(shipped.params.to_dict()) == set(Params().to_dict())
-    broken = tmp_path / "c.json"
-    broken.write_text("{not json")
-    assert load_calibration(broken).params == Params()
     again = Calibration.from_json(shipped.to_json())
     assert again == shipped
+    partial = tmp_path / "partial.json"
+    partial.write_text('{"params": {"e_wgmma": 0.9}}')  # the rest keep their priors
+    assert load_calibration(partial).params == replace(Params(), e_wgmma=0.9)
+
+
+def _shipped_with(**changes) -> str:
+    doc = json.loads(load_calibration().to_json())
+    for key, value in changes.items():
+        if key in doc["params"] or key.startswith("p_"):
+            doc["params"][key.removeprefix("p_")] = value
+        else:
+            doc[key] = value
+    return json.dumps(doc)
+
+
+BAD_CALIBRATIONS = {
+    "not json": ("{not json", "the document: Invalid JSON"),
+    "empty": ("", "the document: Invalid JSON"),
+    "a list": ("[1, 2]", "the document: Input should be an object"),
+    "nested too deep": ("[" * 5000 + "]" * 5000, "recursion limit"),
+    "bytes": (b"\x00\xff\xfe", "the document: Invalid JSON"),
+    "misspelt parameter": (_shipped_with(p_e_wgma=0.9), "params.e_wgma: not a parameter of the model"),
+    "zero efficiency": (_shipped_with(e_wgmma=0.0), "params.e_wgmma: 0 is outside [0.3, 1]"),
+    "negative bandwidth": (_shipped_with(l2_bytes_per_s=-1e12), "params.l2_bytes_per_s: -1e+12 is outside"),
+    "a string number": (_shipped_with(e_dram="0.9"), "params.e_dram: Input should be a valid number"),
+    "a boolean": (_shipped_with(cpi_s=True), "params.cpi_s: Input should be a valid number"),
+    "null": (_shipped_with(e_mma=None), "params.e_mma: Input should be a valid number"),
+    "an integer too large": (_shipped_with(softmax_p=10**400), "params.softmax_p: not a finite number"),
+    "NaN stated error": (_shipped_with(stated_error=float("nan")), "stated_error: Input should be a finite number"),
+    "negative stated error": (_shipped_with(stated_error=-0.1), "stated_error: Input should be greater than or equal to 0"),
+    "stated error of 1000 %": (_shipped_with(stated_error=10.0), "stated_error: Input should be less than 10"),
+    "unknown top-level key": (_shipped_with(parmas={}), "parmas: Extra inputs are not permitted"),
+    "fitted_on a string": (_shipped_with(fitted_on="gemm"), "fitted_on: Input should be a valid"),
+    "params a list": (_shipped_with(params=[0.9]), "params: Input should be an object"),
+    "soft maximum below 1": (_shipped_with(softmax_p=0.5), "params.softmax_p: 0.5 is outside [1, 64]"),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD_CALIBRATIONS))
+def test_a_calibration_the_model_cannot_use_is_refused_in_one_line(case, tmp_path):
+    """A user's ``--calibration`` file used to fall back to the priors on any error, so a
+    ranking came out stating the priors' ±15 % as if calibrated. Each of these is refused,
+    naming the file and the field."""
+    text, expected = BAD_CALIBRATIONS[case]
+    path = tmp_path / "cal.json"
+    path.write_bytes(text if isinstance(text, bytes) else text.encode())
+    with pytest.raises(CalibrationError) as info:
+        load_calibration(path)
+    message = str(info.value)
+    assert message.startswith(f"{path}: ") and expected in message and "\n" not in message
+
+
+def test_a_missing_calibration_file_is_refused_unless_it_is_the_shipped_default(tmp_path):
+    with pytest.raises(CalibrationError, match="cannot read"):
+        load_calibration(tmp_path / "absent.json")
+    with pytest.raises(CalibrationError, match="cannot read"):
+        load_calibration(tmp_path)  # a directory
 
 
 def test_the_hot_loop_costs_a_lone_block_its_serial_path():

@@ -74,6 +74,15 @@ def test_bad_input_is_one_line_exit_2(report, argv, needle, capsys):
     assert len(err) == 1 and needle in err[0], err
 
 
+def test_an_unusable_calibration_is_refused_before_any_compile(tmp_path, capsys):
+    """It used to fall back to the priors and rank as if calibrated (stating ±15 %)."""
+    bad = tmp_path / "cal.json"
+    bad.write_text('{"params": {"e_wgma": 0.9}}')
+    assert main(["rank", str(FIXTURE), "--calibration", str(bad)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "params.e_wgma: not a parameter of the model" in err[0], err
+
+
 def test_predict_frame_ranks_what_the_static_audit_compiled(report, data_dir):
     static = pd.DataFrame({"kernel_name": ["tiny_matmul_fp16"] * 2, "config_id": [CLEAN, SPILL]})
     # the fixture is no module of kernels/: point the describe step at it through its NAME
