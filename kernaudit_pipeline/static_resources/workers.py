@@ -101,7 +101,7 @@ def _worker_main(conn: multiprocessing.connection.Connection, handler_path: str,
         start = time.perf_counter()
         try:
             payload = handler.handle(task, state)
-        except Exception as exc:
+        except (Exception, SystemExit) as exc:  # a module's own sys.exit() is its error, not ours
             sys.stdout.flush()
             sys.stderr.flush()
             sink.seek(offset)
@@ -229,8 +229,9 @@ class WorkerPool:
                     kind, payload = w.conn.recv()
                 except (EOFError, OSError):
                     task = w.task
-                    drop(w)
+                    w.proc.join(timeout=1.0)  # its own exit code, before drop() kills it
                     code = w.proc.exitcode
+                    drop(w)
                     if task is not None:
                         finish(task, Outcome(OutcomeKind.DIED, message=f"worker died (exit code {code})",
                                              seconds=time.monotonic() - w.started))

@@ -23,6 +23,12 @@ def handle(task: dict, state: dict) -> object:
         raise ValueError("bad task\nsecond line")
     if action == "exit":
         os._exit(7)
+    if action == "sys_exit":  # what a kernel module's own sys.exit() does inside a task
+        raise SystemExit(5)
+    if action == "close_then_exit":  # the pipe closes before the process ends (interpreter clean-up)
+        os.closerange(3, 4096)
+        time.sleep(0.3)
+        os._exit(9)
     return {"echo": task.get("value"), "pid": os.getpid(), "done_in_this_worker": state["done"]}
 
 

@@ -30,6 +30,19 @@ def test_every_ending_is_an_outcome():
     assert out["exits"].kind is OutcomeKind.DIED and "exit code 7" in out["exits"].message
 
 
+def test_an_exit_is_reported_with_the_code_the_task_gave():
+    """sys.exit() in a task is that task's error (the worker stays); a worker whose pipe closes
+    before it has exited is reported with its own exit code, not the -9 of the kill that
+    follows."""
+    tasks = [{"key": "sys_exit", "action": "sys_exit"}, {"key": "after", "action": "echo"},
+             {"key": "close", "action": "close_then_exit"}]
+    with WorkerPool(HANDLER, max_workers=1, start_timeout_s=60) as pool:
+        out = pool.run(tasks, timeout_s=10)
+    assert out["sys_exit"].kind is OutcomeKind.ERROR and out["sys_exit"].message == "SystemExit: 5"
+    assert out["after"].kind is OutcomeKind.OK and out["after"].payload["done_in_this_worker"] == 2
+    assert out["close"].kind is OutcomeKind.DIED and out["close"].message == "worker died (exit code 9)"
+
+
 def test_workers_are_reused_across_runs():
     with WorkerPool(HANDLER, max_workers=1, start_timeout_s=60) as pool:
         first = pool.run([{"key": "a", "action": "echo"}], timeout_s=10)["a"].payload
