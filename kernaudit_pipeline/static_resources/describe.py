@@ -121,6 +121,11 @@ def bilinear_terms(count: Any, shape: Shape) -> dict[tuple[str, str], float]:
     return out
 
 
+# The largest shape dimension a module may declare: beyond any tensor a GPU holds, so a typo
+# (10**12 for 10**4) is refused instead of ranked as a shape (M=0 ranked at 2e12 us before).
+MAX_DIM = 2**40
+
+
 class ContractError(ValueError):
     """The module does not declare what the static audit needs."""
 
@@ -143,6 +148,13 @@ def check_contract(mod: ModuleType) -> None:
         raise ContractError("breaks the kernel contract: every config must be a dict")
     if not all(isinstance(s, Shape) for s in mod.SHAPES):
         raise ContractError("breaks the kernel contract: every shape must be a kernel_spec.Shape")
+    for s in mod.SHAPES:
+        if not isinstance(s.dims, dict) or not s.dims:
+            raise ContractError(f"breaks the kernel contract: shape {s.name!r} has no dims")
+        for key, value in s.dims.items():
+            if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_DIM:
+                raise ContractError(f"breaks the kernel contract: shape {s.name!r} dimension "
+                                    f"{key}={value!r} is not a whole number in [1, 2**40]")
 
 
 def describe_module(mod: ModuleType, configs: list | None = None,

@@ -81,6 +81,25 @@ def test_grouping_decides_how_often_the_weights_come_from_dram():
     assert _grouped_dram_bytes(group_m=1, **decode) == pytest.approx(weights + 16 * 4096 * 2)
 
 
+def test_past_the_simulated_waves_the_mean_per_program_stands_for_the_rest(monkeypatch):
+    """A shape of absurd size (M = 10**12 in someone's module took minutes per config, linear in
+    M) simulates MAX_SIMULATED_WAVES waves and scales their bytes by the programs: within a per
+    cent of the full simulation where both can run, and the shipped cap is above every
+    committed shape, so their figures are the full simulation's."""
+    import kernaudit_pipeline.rank.features as features
+
+    args = dict(M=64 * 4096, N=14336, K=4096, bm=128, bn=128, slots=132, a_elem=2.0, b_elem=4.0,
+                l2_reuse_bytes=30e6, group_m=8)  # 2048 tile-rows x 112 tile-columns, 1,738 waves
+    full = _grouped_dram_bytes(**args)
+    monkeypatch.setattr(features, "MAX_SIMULATED_WAVES", 100)
+    capped = _grouped_dram_bytes(**args)
+    assert capped != full and capped == pytest.approx(full, rel=0.01)
+    assert features.MAX_SIMULATED_WAVES == 100  # the patched cap was the one used
+    monkeypatch.undo()
+    huge = _grouped_dram_bytes(**dict(args, M=10**12))
+    assert huge == pytest.approx(full * 10**12 / (64 * 4096), rel=0.01)
+
+
 def test_each_penalty_slows_the_prediction():
     params = Params()
     base = _features(_cfg(128, 128, 64, 8, 3))

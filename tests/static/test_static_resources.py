@@ -284,6 +284,25 @@ def test_a_module_that_breaks_the_contract_is_refused(data_dir, tmp_path):
     assert report.failures[0].reason.endswith("breaks the kernel contract: no KERNEL, compile_args")
 
 
+@pytest.mark.parametrize("dims, shown", [
+    ('{"M": 0, "N": 64, "K": 64}', "M=0"), ('{"M": -5, "N": 64, "K": 64}', "M=-5"),
+    ('{"M": 64.0, "N": 64, "K": 64}', "M=64.0"), ('{"M": True, "N": 64, "K": 64}', "M=True"),
+    ('{"M": "64", "N": 64, "K": 64}', "M='64'"), ('{"M": 2**41, "N": 64, "K": 64}', f"M={2**41}"),
+    ("{}", "has no dims"),
+])
+def test_a_shape_with_a_dimension_no_gpu_runs_breaks_the_contract(data_dir, tmp_path, dims, shown):
+    """M=0 or a negative M was ranked (at 2e12 us, labelled predicted); each is now refused in
+    one line naming the shape and dimension."""
+    source = FIXTURE.read_text().replace('{"M": 1024, "N": 1024, "K": 1024}', dims, 1)
+    assert source != FIXTURE.read_text()
+    bad = tmp_path / "bad_shape.py"
+    bad.write_text(source)
+    report = sr.sweep_report([sr.PlanItem(bad)], max_workers=1, progress=False)
+    assert not report.results and len(report.failures) == 1
+    reason = report.failures[0].reason
+    assert "breaks the kernel contract: shape 'sq1024'" in reason and shown in reason
+
+
 def test_hot_loop_is_read_from_the_cubin(tiny, tiny_results):
     """The K loop of the tiny matmul, from the SASS of the cubin the audit built: wgmma tiles
     issue HGMMAs in it, the loop carries more than the MMAs (address arithmetic, barriers, async
