@@ -80,8 +80,10 @@ class Ptr:
 @dataclass(frozen=True)
 class Shape:
     """One problem shape. ``dims`` holds the named sizes (``M``, ``N``, ``K``
-    or ``B``, ``H``, ``KV_H``, ``S``, ``D`` ...) and ``label`` says where the
-    shape comes from (e.g. ``"llama3-8b qkv_proj prefill"``)."""
+    or ``B``, ``H``, ``KV_H``, ``S``, ``D`` ...), each a whole number in [1, 2**40] (the
+    static audit refuses a module with any other: a zero or negative size has no time to
+    predict), and ``label`` says where the shape comes from (e.g. ``"llama3-8b qkv_proj
+    prefill"``)."""
 
     name: str
     dims: dict[str, int]
