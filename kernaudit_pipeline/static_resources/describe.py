@@ -121,8 +121,8 @@ def bilinear_terms(count: Any, shape: Shape) -> dict[tuple[str, str], float]:
     return out
 
 
-# The largest shape dimension a module may declare: beyond any tensor a GPU holds, so a typo
-# (10**12 for 10**4) is refused instead of ranked as a shape (M=0 ranked at 2e12 us before).
+# The largest shape dimension a module may declare, beyond any tensor a GPU holds. A zero,
+# negative or fractional size has no time to predict (M=0 was ranked, at 2e12 us).
 MAX_DIM = 2**40
 
 
