@@ -154,7 +154,7 @@ def check_contract(mod: ModuleType) -> None:
         for key, value in s.dims.items():
             if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_DIM:
                 raise ContractError(f"breaks the kernel contract: shape {s.name!r} dimension "
-                                    f"{key}={value!r} is not a whole number in [1, 2**40]")
+                                    f"{key}={value!r} is not a whole number in [1, {MAX_DIM:,}]")
 
 
 def describe_module(mod: ModuleType, configs: list | None = None,
