@@ -77,19 +77,43 @@ class Ptr:
     aligned: bool = True
 
 
+# The largest shape dimension a module may declare, beyond any tensor a GPU holds. A zero,
+# negative or fractional size has no time to predict (M=0 was ranked, at 2e12 us) and no time
+# worth measuring (the runner timed N=0 and called the empty result correct).
+MAX_DIM = 2**40
+
+
+class ShapeError(ValueError):
+    """A shape whose dimensions no GPU runs: the module breaks the kernel contract."""
+
+
+def check_dims(name: str, dims: object) -> None:
+    """Raise :class:`ShapeError` unless ``dims`` maps names to whole numbers in [1, MAX_DIM].
+    Here, not in the static audit, so that the GPU runner (torch, triton, numpy and the
+    standard library only) refuses the same shapes as ``kernaudit static`` and ``rank``."""
+    if not isinstance(dims, dict) or not dims:
+        raise ShapeError(f"breaks the kernel contract: shape {name!r} has no dims")
+    for key, value in dims.items():
+        if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_DIM:
+            raise ShapeError(f"breaks the kernel contract: shape {name!r} dimension "
+                             f"{key}={value!r} is not a whole number in [1, {MAX_DIM:,}]")
+
+
 @dataclass(frozen=True)
 class Shape:
     """One problem shape. ``dims`` holds the named sizes (``M``, ``N``, ``K``
-    or ``B``, ``H``, ``KV_H``, ``S``, ``D`` ...), each a whole number in [1, 2**40] (the
-    static audit refuses a module with any other: a zero or negative size has no time to
-    predict), and ``label`` says where the shape comes from (e.g. ``"llama3-8b qkv_proj
-    prefill"``)."""
+    or ``B``, ``H``, ``KV_H``, ``S``, ``D`` ...), each a whole number in [1, MAX_DIM] (checked
+    when the shape is made, so a module declaring M=0 fails to load wherever it is loaded),
+    and ``label`` says where the shape comes from (e.g. ``"llama3-8b qkv_proj prefill"``)."""
 
     name: str
     dims: dict[str, int]
     label: str = ""
     causal: bool | None = None
     phase: str = "prefill"  # prefill | decode
+
+    def __post_init__(self) -> None:
+        check_dims(self.name, self.dims)
 
     def __getitem__(self, key: str) -> int:
         return self.dims[key]

@@ -184,6 +184,10 @@ def run_bench(args, argv: list[str]) -> int:
     print_table(sweep.rows)
     print(f"[bench] wrote {len(sweep.rows)} rows to {sweep.out} (sweep {summary['sweep_wall_s']:.1f} s, "
           f"GPU busy {summary['gpu_busy_s']:.1f} s, options {asdict(options)['device']})")
+    if failures and not groups:  # nothing was timed: a run that only says why is a failed run
+        print(f"kernaudit bench: nothing to time: {len(failures)} kernel module(s) could not be "
+              f"planned; their rows in {sweep.out} say why", file=sys.stderr)
+        return 1
     if failures:
         print(f"kernaudit bench: {len(failures)} kernel module(s) could not be planned; "
               "their rows say why", file=sys.stderr)
