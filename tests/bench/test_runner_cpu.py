@@ -24,12 +24,13 @@ from kernaudit_pipeline.bench.supervisor import Kill, classify_exit
 from kernaudit_pipeline.core.verdicts import RunStatus, TimingMode
 from kernaudit_pipeline.ingest import ingest_paths, validate
 from kernaudit_pipeline.kernel_runs import COLUMNS, normalize
-from kernaudit_pipeline.kernel_spec import kernel_files, load_kernel_module
+from kernaudit_pipeline.kernel_spec import Shape, ShapeError, kernel_files, load_kernel_module
 
 REPO = Path(__file__).resolve().parents[2]
 # Committed H200 files from before paired timing, which stay as they are when new captures land.
 SAMPLE = REPO / "samples" / "h200" / "bench_h200_gemm_noprune.jsonl"
 LEGACY = REPO / "samples" / "h200" / "bench_h200_fp8_before_fix.jsonl"
+SWEEP_KERNELS = Path(__file__).resolve().parent / "sweep_kernels"
 
 # The columns the runner writes for kernel_runs, paired timing included.
 REQUIRED = (
@@ -226,3 +227,38 @@ def test_cli_bad_input_is_one_line_exit_2(args, needle):
     assert proc.returncode == 2
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and needle in lines[0], proc.stderr
+
+
+@pytest.mark.parametrize("dims, shown", [
+    ({"N": 0}, "N=0"), ({"N": -4096}, "N=-4096"), ({"N": 4096.0}, "N=4096.0"), ({"N": True}, "N=True"),
+    ({"N": "4096"}, "N='4096'"), ({"N": 2**40 + 1}, f"N={2**40 + 1}"), ({}, "has no dims"), (None, "has no dims"),
+])
+def test_a_shape_no_gpu_runs_cannot_be_made(dims, shown):
+    """The check lives in ``kernel_spec`` (which the runner may import), so a module declaring
+    such a shape fails to load everywhere: the runner, ``kernaudit static`` and ``rank``."""
+    with pytest.raises(ShapeError) as err:
+        Shape("s", dims)
+    assert str(err.value).startswith("breaks the kernel contract: shape 's'") and shown in str(err.value)
+    assert Shape("s", {"N": 1, "M": 2**40}).dims == {"N": 1, "M": 2**40}  # both ends are allowed
+
+
+def test_the_runner_refuses_a_module_whose_shape_is_empty(tmp_path):
+    """The runner timed N=0 on its test double, called the empty output correct and exited 0.
+    Now the module cannot be planned: one CRASHED row says why (in = kept + quarantined once
+    ingested), and with nothing left to time the run exits 1 with one line."""
+    kernels = tmp_path / "kernels"
+    kernels.mkdir()
+    source = (SWEEP_KERNELS / "noisy_double.py").read_text()
+    bad = source.replace('Shape("n4096", {"N": 4096}', 'Shape("n4096", {"N": 0}', 1)
+    assert bad != source
+    (kernels / "noisy_double.py").write_text(bad)
+    out = tmp_path / "rows.jsonl"
+    proc = _run_cli("noisy_double", "--kernels-dir", str(kernels), "--out", str(out), "--no-peaks",
+                    env_extra={"KERNAUDIT_BENCH_FAKE_DEVICE": "cpu"})
+    assert proc.returncode == 1, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "nothing to time" in lines[0] and "Traceback" not in proc.stderr
+    runs = [r for r in read_jsonl(out.read_text()) if r["record_type"] == "run"]
+    assert [r["run_status"] for r in runs] == ["CRASHED"]
+    assert "shape 'n4096' dimension N=0 is not a whole number" in runs[0]["run_message"]
+    assert not any(r["record_type"] == "baseline" for r in read_jsonl(out.read_text()))
