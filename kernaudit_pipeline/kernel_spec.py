@@ -59,7 +59,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
 
-from kernaudit_pipeline.core.configs import config_id  # noqa: F401  (re-exported for kernels/)
+from kernaudit_pipeline.core.configs import (  # config_id is re-exported for kernels/
+    LAUNCH_KEYS, VALID_NUM_WARPS, config_id,
+)
 
 # Triton's JIT marks integer and pointer arguments divisible by this with
 # tt.divisibility, and turns integers equal to 1 into constexprs.
@@ -83,8 +85,12 @@ class Ptr:
 MAX_DIM = 2**40
 
 
-class ShapeError(ValueError):
-    """A shape whose dimensions no GPU runs: the module breaks the kernel contract."""
+class ContractError(ValueError):
+    """The module does not declare what kernaudit needs of it (the contract above)."""
+
+
+class ShapeError(ContractError):
+    """A shape whose dimensions no GPU runs."""
 
 
 def check_dims(name: str, dims: object) -> None:
@@ -120,6 +126,50 @@ class Shape:
 
     def get(self, key: str, default: int | None = None) -> int | None:
         return self.dims.get(key, default)
+
+
+def check_declarations(mod: ModuleType, needs: tuple[str, ...] = ("NAME", "CONFIGS", "SHAPES")) -> None:
+    """Raise :class:`ContractError` unless ``mod`` has ``needs`` and declares a name, a config
+    space and shapes that every consumer can key rows by. Here, in one place, because the GPU
+    runner and the static audit both read these: the runner once timed a module with no
+    configs and exited 0 with no rows, timed two shapes of one name into rows no one could
+    tell apart, and met ``num_warps="four"`` only as an internal error."""
+    missing = [a for a in needs if not hasattr(mod, a)]
+    if missing:
+        raise ContractError(f"breaks the kernel contract: no {', '.join(missing)}")
+    if not isinstance(mod.NAME, str) or not mod.NAME.strip():
+        raise ContractError(f"breaks the kernel contract: NAME must be a non-empty string, not {mod.NAME!r}")
+    for attr in ("CONFIGS", "SHAPES"):
+        value = getattr(mod, attr)
+        if not isinstance(value, (list, tuple)) or not value:
+            raise ContractError(f"breaks the kernel contract: {attr} must be a non-empty list")
+    if not all(isinstance(c, dict) for c in mod.CONFIGS):
+        raise ContractError("breaks the kernel contract: every config must be a dict")
+    seen: set[str] = set()
+    for cfg in mod.CONFIGS:
+        for key in LAUNCH_KEYS:
+            value = cfg.get(key)
+            ok = isinstance(value, int) and not isinstance(value, bool) and (
+                value in VALID_NUM_WARPS if key == "num_warps" else value >= 1)
+            if key in cfg and not ok:
+                allowed = f"one of {VALID_NUM_WARPS}" if key == "num_warps" else "a whole number >= 1"
+                raise ContractError(f"breaks the kernel contract: config {cfg!r}: {key}={value!r} "
+                                    f"is not {allowed}")
+        cid = config_id(cfg)
+        if cid in seen:
+            raise ContractError(f"breaks the kernel contract: config {cid} is declared twice")
+        seen.add(cid)
+    if not all(isinstance(s, Shape) for s in mod.SHAPES):
+        raise ContractError("breaks the kernel contract: every shape must be a kernel_spec.Shape")
+    names: set[str] = set()
+    for shape in mod.SHAPES:  # dims again: a module may change a shape's dims after making it
+        check_dims(shape.name, shape.dims)
+        if not isinstance(shape.name, str) or not shape.name.strip():
+            raise ContractError(f"breaks the kernel contract: a shape's name must be a non-empty "
+                                f"string, not {shape.name!r}")
+        if shape.name in names:
+            raise ContractError(f"breaks the kernel contract: shape {shape.name!r} is declared twice")
+        names.add(shape.name)
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ from types import ModuleType
 
 from kernaudit_pipeline.bench.records import KernelInfo
 from kernaudit_pipeline.core.configs import config_id
-from kernaudit_pipeline.kernel_spec import Shape, source_hash
+from kernaudit_pipeline.kernel_spec import Shape, check_declarations, source_hash
 
 
 @dataclass(frozen=True)
@@ -81,6 +81,7 @@ def plan_module(path: Path, mod: ModuleType) -> KernelPlan:
     """Read a kernel module's contract into a plan (runs in the worker, which imported it)."""
     from kernaudit_pipeline.bench.references import references_of
 
+    check_declarations(mod)
     info = KernelInfo(module=path.stem, name=mod.NAME, dtype=mod.DTYPE,
                       baseline_name=mod.BASELINE_NAME, source_hash=source_hash(path),
                       tolerance_rel_l2=float(mod.TOLERANCE.max_rel_l2))

@@ -16,7 +16,8 @@ from typing import Any
 
 from kernaudit_pipeline.core.configs import config_id
 from kernaudit_pipeline.kernel_spec import (
-    Shape, ShapeError, Specialization, check_dims, load_kernel_module, source_hash, specialize,
+    ContractError, Shape, Specialization, check_declarations, load_kernel_module, source_hash,
+    specialize,
 )
 
 
@@ -121,33 +122,14 @@ def bilinear_terms(count: Any, shape: Shape) -> dict[tuple[str, str], float]:
     return out
 
 
-class ContractError(ValueError):
-    """The module does not declare what the static audit needs."""
-
-
 def check_contract(mod: ModuleType) -> None:
     """What the static audit needs of a kernel module (``kernel_spec``): a ``@triton.jit``
-    KERNEL, a NAME, configs, shapes and ``compile_args``."""
-    missing = [a for a in ("NAME", "KERNEL", "CONFIGS", "SHAPES", "compile_args") if not hasattr(mod, a)]
-    if missing:
-        raise ContractError(f"breaks the kernel contract: no {', '.join(missing)}")
+    KERNEL and ``compile_args``, with the name, configs and shapes every consumer checks."""
+    check_declarations(mod, ("NAME", "KERNEL", "CONFIGS", "SHAPES", "compile_args"))
     if not hasattr(mod.KERNEL, "params"):
         raise ContractError("breaks the kernel contract: KERNEL is not a @triton.jit function")
     if not callable(mod.compile_args):
         raise ContractError("breaks the kernel contract: compile_args is not a function")
-    for attr in ("CONFIGS", "SHAPES"):
-        value = getattr(mod, attr)
-        if not isinstance(value, (list, tuple)) or not value:
-            raise ContractError(f"breaks the kernel contract: {attr} must be a non-empty list")
-    if not all(isinstance(c, dict) for c in mod.CONFIGS):
-        raise ContractError("breaks the kernel contract: every config must be a dict")
-    if not all(isinstance(s, Shape) for s in mod.SHAPES):
-        raise ContractError("breaks the kernel contract: every shape must be a kernel_spec.Shape")
-    for s in mod.SHAPES:  # again here: a module may change a shape's dims after making it
-        try:
-            check_dims(s.name, s.dims)
-        except ShapeError as exc:
-            raise ContractError(str(exc)) from None
 
 
 def describe_module(mod: ModuleType, configs: list | None = None,
