@@ -63,7 +63,8 @@ def run(args: argparse.Namespace) -> int:
     calibration = None
     if args.calibration is not None:
         if not args.calibration.is_file():
-            raise UserError(f"--calibration {args.calibration}: no such file")
+            what = "not a regular file" if args.calibration.exists() else "no such file"
+            raise UserError(f"--calibration {args.calibration}: {what}")
         try:
             calibration = load_calibration(args.calibration)
         except CalibrationError as exc:

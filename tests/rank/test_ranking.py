@@ -67,6 +67,8 @@ def test_table_output_says_predicted(report, capsys):
     (["rank", str(FIXTURE), "--top", "0"], "--top must be at least 1"),
     (["rank", str(FIXTURE), "--device", "NVIDIA GeForce 256"], "unknown GPU"),
     (["rank", str(FIXTURE), "--calibration", "/nonexistent.json"], "no such file"),
+    (["rank", str(FIXTURE), "--calibration", "/dev/null"], "/dev/null: not a regular file"),
+    (["rank", str(FIXTURE), "--calibration", str(Path(__file__).parent)], "not a regular file"),
 ])
 def test_bad_input_is_one_line_exit_2(report, argv, needle, capsys):
     assert main(argv) == 2
