@@ -149,10 +149,11 @@ def check_declarations(mod: ModuleType, needs: tuple[str, ...] = ("NAME", "CONFI
     for cfg in mod.CONFIGS:
         for key in LAUNCH_KEYS:
             value = cfg.get(key)
+            # num_stages=0 is Triton's "no software pipelining" (it compiles for sm_90)
             ok = isinstance(value, int) and not isinstance(value, bool) and (
-                value in VALID_NUM_WARPS if key == "num_warps" else value >= 1)
+                value in VALID_NUM_WARPS if key == "num_warps" else value >= 0)
             if key in cfg and not ok:
-                allowed = f"one of {VALID_NUM_WARPS}" if key == "num_warps" else "a whole number >= 1"
+                allowed = f"one of {VALID_NUM_WARPS}" if key == "num_warps" else "a whole number >= 0"
                 raise ContractError(f"breaks the kernel contract: config {cfg!r}: {key}={value!r} "
                                     f"is not {allowed}")
         cid = config_id(cfg)

@@ -325,3 +325,34 @@ def test_spilling_config_reloads_spilled_registers_somewhere(tiny_results):
     clean 8-warp tile has none in its loop."""
     assert tiny_results[config_id(CLEAN)].loop_local_ops == 0
     assert tiny_results[config_id(SPILL)].loop_instructions > 0
+
+
+@pytest.mark.parametrize("old, new, shown", [
+    ('Shape("odd_m"', 'Shape("sq1024"', "shape 'sq1024' is declared twice"),
+    ("    _cfg(128, 256, 64, 4, 3),   # ANCHORS: 255 registers and spills",
+     "    _cfg(64, 64, 32, 4, 3),", "config BK32_BM64_BN64_GM8_s3_w4 is declared twice"),
+    ("_cfg(64, 64, 32, 4, 3),     # clean, 24 KiB on sm_90", "_cfg(64, 64, 32, 3, 3),", "num_warps=3 is not one of"),
+    ("_cfg(64, 64, 32, 4, 3),     # clean, 24 KiB on sm_90", "_cfg(64, 64, 32, 4, -1),", "num_stages=-1 is not a whole number >= 0"),
+    ('NAME = "tiny_matmul_fp16"', "NAME = 7", "NAME must be a non-empty string, not 7"),
+])
+def test_declarations_every_consumer_keys_rows_by_are_checked(data_dir, tmp_path, old, new, shown):
+    """The same check the GPU runner makes (``kernel_spec.check_declarations``): two shapes or
+    configs of one id would give rows no one can tell apart, and a launch value Triton cannot
+    take is refused for the module in one line, not per compile."""
+    source = FIXTURE.read_text()
+    assert source.count(old) == 1
+    bad = tmp_path / "bad_decl.py"
+    bad.write_text(source.replace(old, new))
+    report = sr.sweep_report([sr.PlanItem(bad)], max_workers=1, progress=False)
+    assert not report.results and len(report.failures) == 1
+    assert "breaks the kernel contract" in report.failures[0].reason and shown in report.failures[0].reason
+
+
+def test_num_stages_zero_is_a_config_triton_compiles(data_dir, tmp_path):
+    """num_stages=0 (no software pipelining) compiles for sm_90, so the check lets it through."""
+    source = FIXTURE.read_text().replace("_cfg(64, 64, 32, 4, 3),     # clean, 24 KiB on sm_90", "_cfg(64, 64, 32, 4, 0),", 1)
+    mod = tmp_path / "stages0.py"
+    mod.write_text(source)
+    report = sr.sweep_report([sr.PlanItem(mod, configs=["BK32_BM64_BN64_GM8_s0_w4"])], max_workers=1, progress=False)
+    assert not report.failures
+    assert [r.status for r in report.results] == ["OK"] and report.results[0].registers_per_thread > 0
