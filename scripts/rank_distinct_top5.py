@@ -66,9 +66,9 @@ def main() -> int:
         best_any[m.group] = min(best_any[m.group], m.value)
     rows: dict[str, list[tuple]] = {"model's order": [], "distinct tiles first": []}
     per_shape = []
-    for stem in rv.CALIBRATION_KERNELS:
-        held = names[stem]
-        params = fit.fit([s for s in samples if s.features.kernel_name != held])
+    kernels = [names[stem] for stem in rv.CALIBRATION_KERNELS]
+    for result in fit.leave_one_kernel_out(samples, measurements, kernels):
+        held, params = result.held_out, result.params
         groups: dict[tuple, list] = defaultdict(list)
         for s in samples:
             if s.features.kernel_name == held:
