@@ -124,6 +124,7 @@ class Dtype:
     BF16 = "bf16"
     FP16 = "fp16"
     FP8 = "fp8"
+    INT8 = "int8"  # integer tensor-core operands (int32 accumulate); the peak is in TOPS
     TF32 = "tf32"
     FP32 = "fp32"
 
@@ -134,6 +135,7 @@ _DTYPE_ALIASES = {
     "fp8": Dtype.FP8, "fp8e4m3": Dtype.FP8, "fp8e4nv": Dtype.FP8, "fp8e5": Dtype.FP8,
     "fp8e5m2": Dtype.FP8, "float8_e4m3fn": Dtype.FP8, "float8_e5m2": Dtype.FP8,
     "e4m3": Dtype.FP8, "e5m2": Dtype.FP8, "torch.float8_e4m3fn": Dtype.FP8,
+    "int8": Dtype.INT8, "i8": Dtype.INT8, "s8": Dtype.INT8, "torch.int8": Dtype.INT8,
     "tf32": Dtype.TF32, "fp32": Dtype.FP32, "float32": Dtype.FP32, "float": Dtype.FP32,
     "torch.float32": Dtype.FP32,
 }
@@ -217,67 +219,67 @@ SPECS: Mapping[str, GPUSpec] = MappingProxyType({
                  "Tesla V100-DGXS-32GB", "V100-SXM2-16GB", "V100-SXM2-32GB")),
     # NVIDIA A100 Tensor Core GPU datasheet (SXM4 80GB): FP16/BF16 312 TFLOPS dense
     # (624 sparse), TF32 156 (312 sparse), FP32 19.5, HBM2e 2,039 GB/s; 40 MB L2, 108 SMs
-    # (A100 whitepaper). No fp8.
+    # (A100 whitepaper). INT8 tensor 624 TOPS dense (1,248 sparse). No fp8.
     "A100-SXM4-80GB": GPUSpec(
         "A100-SXM4-80GB", "8.0", sm_count=108, l2_bytes=40 * KIB * KIB,
         mem_bandwidth_bytes_per_s=2_039e9,
-        peak_tflops=_peaks(bf16=312.0, fp16=312.0, tf32=156.0, fp32=19.5),
+        peak_tflops=_peaks(bf16=312.0, fp16=312.0, int8=624.0, tf32=156.0, fp32=19.5),
         aliases=("NVIDIA A100-SXM4-80GB", "A100 SXM4 80GB", "A100-SXM-80GB")),
     # Same datasheet, SXM4 40GB: the same compute, HBM2 1,555 GB/s.
     "A100-SXM4-40GB": GPUSpec(
         "A100-SXM4-40GB", "8.0", sm_count=108, l2_bytes=40 * KIB * KIB,
         mem_bandwidth_bytes_per_s=1_555e9,
-        peak_tflops=_peaks(bf16=312.0, fp16=312.0, tf32=156.0, fp32=19.5),
+        peak_tflops=_peaks(bf16=312.0, fp16=312.0, int8=624.0, tf32=156.0, fp32=19.5),
         aliases=("NVIDIA A100-SXM4-40GB", "A100 SXM4 40GB", "A100-SXM-40GB")),
     # NVIDIA A10 datasheet: BF16/FP16 tensor 125 TFLOPS dense (250 sparse), TF32 62.5 dense,
-    # FP32 31.2, GDDR6 600 GB/s; GA102 with 72 SMs and 6 MB L2 (Ampere GA102 whitepaper).
+    # INT8 250 TOPS dense (500 sparse), FP32 31.2, GDDR6 600 GB/s; GA102 with 72 SMs and 6 MB L2 (Ampere GA102 whitepaper).
     "A10": GPUSpec(
         "A10", "8.6", sm_count=72, l2_bytes=6 * KIB * KIB,
         mem_bandwidth_bytes_per_s=600e9,
-        peak_tflops=_peaks(bf16=125.0, fp16=125.0, tf32=62.5, fp32=31.2),
+        peak_tflops=_peaks(bf16=125.0, fp16=125.0, int8=250.0, tf32=62.5, fp32=31.2),
         aliases=("NVIDIA A10",)),
     # NVIDIA L40 datasheet: BF16/FP16 181.05 TFLOPS dense (362.1 sparse), FP8 362 dense
-    # (724 sparse), TF32 90.5 dense, FP32 90.5, GDDR6 864 GB/s; 142 SMs, 96 MB L2 (AD102).
+    # (724 sparse), INT8 362 TOPS dense (724 sparse), TF32 90.5 dense, FP32 90.5, GDDR6 864 GB/s; 142 SMs, 96 MB L2 (AD102).
     "L40": GPUSpec(
         "L40", "8.9", sm_count=142, l2_bytes=96 * KIB * KIB,
         mem_bandwidth_bytes_per_s=864e9,
-        peak_tflops=_peaks(bf16=181.05, fp16=181.05, fp8=362.0, tf32=90.5, fp32=90.5),
+        peak_tflops=_peaks(bf16=181.05, fp16=181.05, fp8=362.0, int8=362.0, tf32=90.5, fp32=90.5),
         aliases=("NVIDIA L40",)),
     # NVIDIA L40S datasheet: FP16/BF16 362.05 TFLOPS dense (733 sparse), FP8 733 dense
-    # (1,466 sparse), TF32 183 dense (366 sparse), FP32 91.6; GDDR6 864 GB/s; 142 SMs;
+    # (1,466 sparse), INT8 733 TOPS dense (1,466 sparse), TF32 183 dense (366 sparse), FP32 91.6; GDDR6 864 GB/s; 142 SMs;
     # 96 MB L2 (Ada whitepaper, AD102).
     "L40S": GPUSpec(
         "L40S", "8.9", sm_count=142, l2_bytes=96 * KIB * KIB,
         mem_bandwidth_bytes_per_s=864e9,
-        peak_tflops=_peaks(bf16=362.05, fp16=362.05, fp8=733.0, tf32=183.0, fp32=91.6),
+        peak_tflops=_peaks(bf16=362.05, fp16=362.05, fp8=733.0, int8=733.0, tf32=183.0, fp32=91.6),
         aliases=("NVIDIA L40S",)),
     # NVIDIA H100 datasheet (SXM5): FP16/BF16 1,979 TFLOPS and FP8 3,958 "with sparsity",
-    # so dense 989.4 and 1,978.9; TF32 494.7 dense; FP32 67; HBM3 3.35 TB/s; 50 MB L2
+    # so dense 989.4 and 1,978.9; INT8 3,958 TOPS sparse -> 1,978.9 dense; TF32 494.7 dense; FP32 67; HBM3 3.35 TB/s; 50 MB L2
     # (H100 whitepaper), 132 SMs.
     "H100-SXM5-80GB": GPUSpec(
         "H100-SXM5-80GB", "9.0", sm_count=132, l2_bytes=50 * KIB * KIB,
         mem_bandwidth_bytes_per_s=3.35e12,
-        peak_tflops=_peaks(bf16=989.4, fp16=989.4, fp8=1978.9, tf32=494.7, fp32=67.0),
+        peak_tflops=_peaks(bf16=989.4, fp16=989.4, fp8=1978.9, int8=1978.9, tf32=494.7, fp32=67.0),
         aliases=("NVIDIA H100 80GB HBM3", "NVIDIA H100 SXM5 80GB", "H100 SXM5", "H100-SXM")),
     # Same datasheet, H100 PCIe: BF16/FP16 1,513 and FP8 3,026 with sparsity -> 756.5 /
-    # 1,513 dense, TF32 378 dense, FP32 51, HBM2e 2.0 TB/s; 114 SMs, 50 MB L2.
+    # 1,513 dense, INT8 3,026 TOPS sparse -> 1,513 dense, TF32 378 dense, FP32 51, HBM2e 2.0 TB/s; 114 SMs, 50 MB L2.
     "H100-PCIe-80GB": GPUSpec(
         "H100-PCIe-80GB", "9.0", sm_count=114, l2_bytes=50 * KIB * KIB,
         mem_bandwidth_bytes_per_s=2.0e12,
-        peak_tflops=_peaks(bf16=756.5, fp16=756.5, fp8=1513.0, tf32=378.0, fp32=51.0),
+        peak_tflops=_peaks(bf16=756.5, fp16=756.5, fp8=1513.0, int8=1513.0, tf32=378.0, fp32=51.0),
         aliases=("NVIDIA H100 PCIe", "H100 PCIe")),
     # NVIDIA H200 datasheet (SXM): same GH100 compute as H100 SXM (BF16 1,979 / FP8 3,958
-    # sparse -> 989 / 1,979 dense), HBM3e 4.8 TB/s. Read off this project's H200 by ncu
+    # sparse -> 989 / 1,979 dense; INT8 3,958 TOPS sparse -> 1,979 dense), HBM3e 4.8 TB/s. Read off this project's H200 by ncu
     # 2025.3.1: 132 SMs, device__attribute_l2_cache_size 62,914,560 B (60 MiB).
     "H200-SXM-141GB": GPUSpec(
         "H200-SXM-141GB", "9.0", sm_count=132, l2_bytes=60 * KIB * KIB,
         mem_bandwidth_bytes_per_s=4.8e12,
-        peak_tflops=_peaks(bf16=989.4, fp16=989.4, fp8=1978.9, tf32=494.7, fp32=67.0),
+        peak_tflops=_peaks(bf16=989.4, fp16=989.4, fp8=1978.9, int8=1978.9, tf32=494.7, fp32=67.0),
         aliases=("NVIDIA H200", "NVIDIA H200 SXM 141GB", "H200 SXM", "H200")),
     # NVIDIA HGX B200 datasheet (per GPU): FP8 9 PFLOPS and FP16/BF16 4.5 PFLOPS with
     # sparsity -> 4,500 / 2,250 dense; TF32 2.2 PF sparse -> 1,100 dense; FP32 75 TFLOPS;
     # HBM3e 7.7 TB/s (HGX B200 figure). 148 SMs. L2 126 MB is the device-query figure
-    # published for B200, not a datasheet line.
+    # published for B200, not a datasheet line. INT8 is left out: not checked here.
     "B200": GPUSpec(
         "B200", "10.0", sm_count=148, l2_bytes=126 * KIB * KIB,
         mem_bandwidth_bytes_per_s=7.7e12,

@@ -43,7 +43,7 @@ from kernaudit_pipeline.spill_diagnostics.occupancy import Limiter, theoretical_
 from kernaudit_pipeline.static_resources.describe import KernelDescription
 from kernaudit_pipeline.static_resources.results import CompileStatus, StaticResult
 
-ELEMENT_BYTES = {"bf16": 2, "fp16": 2, "fp8": 1, "tf32": 4, "fp32": 4}
+ELEMENT_BYTES = {"bf16": 2, "fp16": 2, "fp8": 1, "int8": 1, "tf32": 4, "fp32": 4}
 
 
 class Family(enum.StrEnum):

@@ -56,7 +56,7 @@ SAFE_NAME = re.compile(r"^[A-Za-z0-9_+-][A-Za-z0-9._+-]*$")
 MAX_COMPONENT = 100
 MAX_FILE_NAME = 240
 # dtype (canonical) -> vLLM's dtype selector; unquantized weights have none
-VLLM_DTYPE = {Dtype.FP8: "fp8_w8a8"}
+VLLM_DTYPE = {Dtype.FP8: "fp8_w8a8", Dtype.INT8: "int8_w8a8"}
 NO_SELECTOR = frozenset({Dtype.BF16, Dtype.FP16, Dtype.FP32, Dtype.TF32})
 
 

@@ -74,6 +74,13 @@ def test_peaks_are_dense_not_sparse():
     # the measured cuBLAS rate (ANCHORS: 701 TFLOP/s bf16) must sit under the dense peak
     assert 701 < h200.peak_tflops_for("bf16")
     assert lookup("NVIDIA A100-SXM4-80GB").peak_tflops_for("fp8") is None  # no fp8 on Ampere
+    # int8 tensor cores: the same dense rate as fp8 on Hopper, twice bf16 on Ampere (datasheets'
+    # sparse TOPS halved); a kernel on int8 operands is held to this ceiling, not to bf16's
+    assert h200.peak_tflops_for("torch.int8") == pytest.approx(1979, rel=0.01)
+    assert h100.peak_tflops_for("s8") == h100.peak_tflops_for("fp8")
+    assert lookup("NVIDIA A100-SXM4-80GB").peak_tflops_for("int8") == pytest.approx(624)
+    assert lookup("NVIDIA B200").peak_tflops_for("int8") is None  # not checked: left out
+    assert lookup("Tesla V100-SXM2-32GB").peak_tflops_for("int8") is None
     assert h200.smem_per_sm_bytes == 233_472 and h200.smem_per_block_optin_bytes == 232_448
     assert h200.sm_count == 132 and h200.l2_bytes == 62_914_560  # ncu device attributes on the H200
 
@@ -88,6 +95,7 @@ def test_sm_resources_by_compute_capability():
     assert resources_for("NVIDIA L40S", "9.0").compute_capability == "8.9"  # the device wins
     assert resources_for("unknown card", "9.0").compute_capability == "9.0"
     assert canonical_dtype("fp8e4nv") == "fp8" and canonical_dtype("int4") is None
+    assert canonical_dtype("INT8") == canonical_dtype("i8") == "int8" and canonical_dtype("uint8") is None
 
 
 @pytest.mark.parametrize("name, arch, backend, vendor", [

@@ -98,3 +98,15 @@ def test_vllm_picks_the_nearest_m(exported, batch, bucket):
     expected = {16: (16, 64, 256), 256: (64, 128, 64), 4096: (128, 256, 64)}[bucket]
     got = vllm_pick(table, batch)
     assert (got["BLOCK_SIZE_M"], got["BLOCK_SIZE_N"], got["BLOCK_SIZE_K"]) == expected
+
+
+def test_dtype_selectors_follow_vllms_names():
+    """vLLM names a quantized config file by its scheme (``get_config_dtype_str``): fp8 and int8
+    operands with scales are ``fp8_w8a8`` and ``int8_w8a8``; unquantized weights have none, and
+    a dtype with no convention is refused rather than written under a made-up name."""
+    from kernaudit_pipeline.recommendations.export import vllm_dtype
+
+    assert vllm_dtype("fp8e4m3") == "fp8_w8a8" and vllm_dtype("torch.int8") == "int8_w8a8"
+    assert vllm_dtype("bf16") is None and vllm_dtype(None) is None
+    with pytest.raises(ValueError, match="no vLLM config-file selector"):
+        vllm_dtype("int4")
