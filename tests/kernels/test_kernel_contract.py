@@ -32,7 +32,8 @@ from kernaudit_pipeline.kernel_spec import (
 from kernaudit_pipeline.static_resources.describe import bilinear_terms
 
 KERNELS = ["gemm", "fp8_gemm", "flash_attention", "paged_decode_attention", "swiglu_gemm", "rmsnorm_gemm",
-           "w8a16_gemm", "w4a16_gemm", "fp8_block_gemm", "fused_moe_gemm", "bias_gelu_gemm"]
+           "w8a16_gemm", "w4a16_gemm", "fp8_block_gemm", "fused_moe_gemm", "bias_gelu_gemm",
+           "w8a8_int8_gemm"]
 REQUIRED = ("NAME", "KERNEL", "DTYPE", "BASELINE_NAME", "CONFIGS", "SHAPES", "TOLERANCE",
             "make_inputs", "launch", "baseline", "reference", "flops", "bytes_moved",
             "compile_args", "grid")
@@ -56,12 +57,13 @@ SMALL_SHAPES = {
     # 14 pairs (M * TOP_K, not divisible by 16) over 4 experts
     "fused_moe_gemm": Shape("small", {"M": 7, "N": 72, "K": 80, "E": 4, "TOP_K": 2}),
     "bias_gelu_gemm": Shape("small", {"M": 48, "N": 72, "K": 80}),
+    "w8a8_int8_gemm": Shape("small", {"M": 48, "N": 72, "K": 80}),
 }
 # Config-space sizes: moderate for the audited kernels; the held-out kernels of the cost model
 # (issue 15) carry a tuning-scale space of >= 300 configs, as a vLLM tuner would sweep.
 SPACE_SIZE = {"swiglu_gemm": (300, 450), "rmsnorm_gemm": (300, 450), "w8a16_gemm": (300, 450),
               "w4a16_gemm": (300, 450), "fp8_block_gemm": (300, 450), "fused_moe_gemm": (300, 450),
-              "bias_gelu_gemm": (400, 440)}
+              "bias_gelu_gemm": (400, 440), "w8a8_int8_gemm": (380, 440)}
 
 
 def _mod(name: str):
@@ -75,7 +77,8 @@ def test_every_kernel_file_is_covered() -> None:
 def test_heldout_kernels_stay_out_of_the_default_audit_but_load_by_name() -> None:
     default = {p.stem for p in kernel_files()}
     assert not {"swiglu_gemm", "rmsnorm_gemm", "w8a16_gemm", "w4a16_gemm",
-                "fp8_block_gemm", "fused_moe_gemm", "bias_gelu_gemm"} & default
+                "fp8_block_gemm", "fused_moe_gemm", "bias_gelu_gemm",
+                "w8a8_int8_gemm"} & default
     assert {"gemm", "fp8_gemm"} <= default
     mod = load_kernel_module("swiglu_gemm")
     assert Path(mod.__file__).parent.name == "heldout" and mod.NAME == "swiglu_gemm"
@@ -88,7 +91,7 @@ def test_module_declares_the_contract(name: str) -> None:
     assert not missing, f"{name} lacks {missing}"
     assert isinstance(mod.KERNEL, JITFunction)
     assert isinstance(mod.NAME, str) and mod.NAME
-    assert mod.DTYPE in {"bf16", "fp16", "fp8e4m3"}
+    assert mod.DTYPE in {"bf16", "fp16", "fp8e4m3", "int8"}
     assert isinstance(mod.BASELINE_NAME, str) and mod.BASELINE_NAME
     assert isinstance(mod.TOLERANCE, Tolerance) and 0 < mod.TOLERANCE.max_rel_l2 < 0.1
     assert mod.SHAPES and all(isinstance(s, Shape) for s in mod.SHAPES)
@@ -442,6 +445,8 @@ CLEAN = {
                        "num_warps": 4, "num_stages": 3},
     "bias_gelu_gemm": {"BLOCK_M": 64, "BLOCK_N": 128, "BLOCK_K": 64, "GROUP_M": 8,
                        "num_warps": 4, "num_stages": 3},
+    "w8a8_int8_gemm": {"BLOCK_M": 64, "BLOCK_N": 128, "BLOCK_K": 128, "GROUP_M": 8,
+                       "num_warps": 4, "num_stages": 4},
 }
 
 
