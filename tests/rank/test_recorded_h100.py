@@ -245,3 +245,11 @@ def test_a_live_search_picked_near_the_exhaustive_best_for_a_fraction_of_its_gpu
         assert s["candidates"] == len(timed)  # the search walked the space the sweep timed
         assert timed[s["best_config_id"]] / min(timed.values()) <= within <= 1.02
         assert s["gpu_seconds"] / sum(row_gpu_seconds(r) for r in ex) < share
+
+
+def test_a_kernel_named_held_out_is_never_fitted_on():
+    """``rank_validate.py --kernels ... K --held-out K`` once fitted the shipped calibration on K
+    and then reported K as "never fitted on"."""
+    rv = _rank_validate()
+    assert rv.fitted_kernels(["gemm", "w8a8_int8_gemm", "fp8_gemm"], ["w8a8_int8_gemm"]) == ["gemm", "fp8_gemm"]
+    assert rv.fitted_kernels(rv.CALIBRATION_KERNELS, []) == rv.CALIBRATION_KERNELS
