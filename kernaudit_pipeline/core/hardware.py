@@ -232,45 +232,49 @@ SPECS: Mapping[str, GPUSpec] = MappingProxyType({
         peak_tflops=_peaks(bf16=312.0, fp16=312.0, int8=624.0, tf32=156.0, fp32=19.5),
         aliases=("NVIDIA A100-SXM4-40GB", "A100 SXM4 40GB", "A100-SXM-40GB")),
     # NVIDIA A10 datasheet: BF16/FP16 tensor 125 TFLOPS dense (250 sparse), TF32 62.5 dense,
-    # INT8 250 TOPS dense (500 sparse), FP32 31.2, GDDR6 600 GB/s; GA102 with 72 SMs and 6 MB L2 (Ampere GA102 whitepaper).
+    # INT8 250 TOPS dense (500 sparse), FP32 31.2, GDDR6 600 GB/s; GA102 with 72 SMs and 6 MB
+    # L2 (Ampere GA102 whitepaper).
     "A10": GPUSpec(
         "A10", "8.6", sm_count=72, l2_bytes=6 * KIB * KIB,
         mem_bandwidth_bytes_per_s=600e9,
         peak_tflops=_peaks(bf16=125.0, fp16=125.0, int8=250.0, tf32=62.5, fp32=31.2),
         aliases=("NVIDIA A10",)),
     # NVIDIA L40 datasheet: BF16/FP16 181.05 TFLOPS dense (362.1 sparse), FP8 362 dense
-    # (724 sparse), INT8 362 TOPS dense (724 sparse), TF32 90.5 dense, FP32 90.5, GDDR6 864 GB/s; 142 SMs, 96 MB L2 (AD102).
+    # (724 sparse), INT8 362 TOPS dense (724 sparse), TF32 90.5 dense, FP32 90.5, GDDR6
+    # 864 GB/s; 142 SMs, 96 MB L2 (AD102).
     "L40": GPUSpec(
         "L40", "8.9", sm_count=142, l2_bytes=96 * KIB * KIB,
         mem_bandwidth_bytes_per_s=864e9,
         peak_tflops=_peaks(bf16=181.05, fp16=181.05, fp8=362.0, int8=362.0, tf32=90.5, fp32=90.5),
         aliases=("NVIDIA L40",)),
     # NVIDIA L40S datasheet: FP16/BF16 362.05 TFLOPS dense (733 sparse), FP8 733 dense
-    # (1,466 sparse), INT8 733 TOPS dense (1,466 sparse), TF32 183 dense (366 sparse), FP32 91.6; GDDR6 864 GB/s; 142 SMs;
-    # 96 MB L2 (Ada whitepaper, AD102).
+    # (1,466 sparse), INT8 733 TOPS dense (1,466 sparse), TF32 183 dense (366 sparse), FP32
+    # 91.6; GDDR6 864 GB/s; 142 SMs; 96 MB L2 (Ada whitepaper, AD102).
     "L40S": GPUSpec(
         "L40S", "8.9", sm_count=142, l2_bytes=96 * KIB * KIB,
         mem_bandwidth_bytes_per_s=864e9,
         peak_tflops=_peaks(bf16=362.05, fp16=362.05, fp8=733.0, int8=733.0, tf32=183.0, fp32=91.6),
         aliases=("NVIDIA L40S",)),
     # NVIDIA H100 datasheet (SXM5): FP16/BF16 1,979 TFLOPS and FP8 3,958 "with sparsity",
-    # so dense 989.4 and 1,978.9; INT8 3,958 TOPS sparse -> 1,978.9 dense; TF32 494.7 dense; FP32 67; HBM3 3.35 TB/s; 50 MB L2
-    # (H100 whitepaper), 132 SMs.
+    # so dense 989.4 and 1,978.9; INT8 3,958 TOPS sparse -> 1,978.9 dense; TF32 494.7 dense;
+    # FP32 67; HBM3 3.35 TB/s; 50 MB L2 (H100 whitepaper), 132 SMs.
     "H100-SXM5-80GB": GPUSpec(
         "H100-SXM5-80GB", "9.0", sm_count=132, l2_bytes=50 * KIB * KIB,
         mem_bandwidth_bytes_per_s=3.35e12,
         peak_tflops=_peaks(bf16=989.4, fp16=989.4, fp8=1978.9, int8=1978.9, tf32=494.7, fp32=67.0),
         aliases=("NVIDIA H100 80GB HBM3", "NVIDIA H100 SXM5 80GB", "H100 SXM5", "H100-SXM")),
     # Same datasheet, H100 PCIe: BF16/FP16 1,513 and FP8 3,026 with sparsity -> 756.5 /
-    # 1,513 dense, INT8 3,026 TOPS sparse -> 1,513 dense, TF32 378 dense, FP32 51, HBM2e 2.0 TB/s; 114 SMs, 50 MB L2.
+    # 1,513 dense, INT8 3,026 TOPS sparse -> 1,513 dense, TF32 378 dense, FP32 51, HBM2e
+    # 2.0 TB/s; 114 SMs, 50 MB L2.
     "H100-PCIe-80GB": GPUSpec(
         "H100-PCIe-80GB", "9.0", sm_count=114, l2_bytes=50 * KIB * KIB,
         mem_bandwidth_bytes_per_s=2.0e12,
         peak_tflops=_peaks(bf16=756.5, fp16=756.5, fp8=1513.0, int8=1513.0, tf32=378.0, fp32=51.0),
         aliases=("NVIDIA H100 PCIe", "H100 PCIe")),
     # NVIDIA H200 datasheet (SXM): same GH100 compute as H100 SXM (BF16 1,979 / FP8 3,958
-    # sparse -> 989 / 1,979 dense; INT8 3,958 TOPS sparse -> 1,979 dense), HBM3e 4.8 TB/s. Read off this project's H200 by ncu
-    # 2025.3.1: 132 SMs, device__attribute_l2_cache_size 62,914,560 B (60 MiB).
+    # sparse -> 989 / 1,979 dense; INT8 3,958 TOPS sparse -> 1,979 dense), HBM3e 4.8 TB/s.
+    # Read off this project's H200 by ncu 2025.3.1: 132 SMs, device__attribute_l2_cache_size
+    # 62,914,560 B (60 MiB).
     "H200-SXM-141GB": GPUSpec(
         "H200-SXM-141GB", "9.0", sm_count=132, l2_bytes=60 * KIB * KIB,
         mem_bandwidth_bytes_per_s=4.8e12,
