@@ -17,17 +17,14 @@ from __future__ import annotations
 import json
 import math
 import os
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 import torch
 
 from kernaudit_pipeline.kernel_spec import Shape, config_id, load_kernel_module, specialize
 from tests.kernels import test_kernel_contract as contract
+from tests.kernels.support import aot_compile_sm90, interpreter_child
 
-REPO = Path(__file__).resolve().parents[2]
 NAME = "bias_gelu_gemm"
 SMEM_OPTIN_LIMIT_BYTES = 232_448  # sm_90: 227 KiB per block
 
@@ -112,13 +109,7 @@ _RESULTS: dict[str, dict] = {}
 
 def _results() -> dict[str, dict]:
     if not _RESULTS:
-        env = {**os.environ, "TRITON_INTERPRET": "1",
-               "PYTHONPATH": os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH"))
-                                             if p)}
-        proc = subprocess.run([sys.executable, __file__], cwd=REPO, env=env,
-                              capture_output=True, text=True, timeout=600)
-        assert proc.returncode == 0, proc.stderr[-4000:]
-        _RESULTS.update({r["id"]: r for r in map(json.loads, proc.stdout.splitlines())})
+        _RESULTS.update({r["id"]: r for r in interpreter_child(__file__)})
     return _RESULTS
 
 
@@ -287,18 +278,9 @@ def test_flops_bytes_and_grid_by_hand() -> None:
 # Real ahead-of-time compiles for sm_90
 # --------------------------------------------------------------------------------------------
 def _compile(cfg: dict, shape_index: int = -1):
-    import triton
-    from triton.backends.compiler import GPUTarget
-    from triton.compiler import ASTSource
-
     mod = _mod()
     assert cfg in mod.CONFIGS
-    spec = specialize(mod.KERNEL, mod.compile_args(mod.SHAPES[shape_index], cfg))
-    src = ASTSource(fn=mod.KERNEL, signature=spec.signature, constexprs=spec.constexprs,
-                    attrs=spec.attrs)
-    return triton.compile(src, target=GPUTarget("cuda", 90, 32),
-                          options={"num_warps": cfg["num_warps"],
-                                   "num_stages": cfg["num_stages"]})
+    return aot_compile_sm90(mod, cfg, mod.SHAPES[shape_index])
 
 
 @pytest.mark.slow

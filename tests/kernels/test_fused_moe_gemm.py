@@ -7,16 +7,13 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 import torch
 
 from kernaudit_pipeline.kernel_spec import Shape, config_id, load_kernel_module
+from tests.kernels.support import interpreter_child
 
-REPO = Path(__file__).resolve().parents[2]
 SMEM_OPTIN_LIMIT_BYTES = 232_448
 
 
@@ -153,13 +150,7 @@ def test_programs_past_the_padded_total_write_nothing() -> None:
     """Under the interpreter, with ``num_post`` cut to the first block: only the pairs of that
     block are written, every other row keeps its NaN poison, though the later blocks hold real
     pair ids and experts."""
-    env = {**os.environ, "TRITON_INTERPRET": "1",
-           "PYTHONPATH": os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH"))
-                                         if p)}
-    proc = subprocess.run([sys.executable, __file__], cwd=REPO, env=env, capture_output=True,
-                          text=True, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    r = json.loads(proc.stdout.splitlines()[-1])
+    r = interpreter_child(__file__)[-1]
     assert r["later_blocks_with_pairs"] >= 2
     assert r["written_rows"] == r["first_block_pairs"], r
     assert r["first_block_rel_l2"] <= _moe().TOLERANCE.max_rel_l2, r

@@ -16,8 +16,7 @@ from pathlib import Path
 import pytest
 import torch
 import triton
-from triton.backends.compiler import BaseBackend, GPUTarget
-from triton.compiler import ASTSource
+from triton.backends.compiler import BaseBackend
 from triton.runtime.jit import JITFunction, native_specialize_impl
 
 from kernaudit_pipeline.kernel_spec import (
@@ -30,6 +29,7 @@ from kernaudit_pipeline.kernel_spec import (
     specialize,
 )
 from kernaudit_pipeline.static_resources.describe import bilinear_terms
+from tests.kernels.support import aot_compile_sm90
 
 KERNELS = ["gemm", "fp8_gemm", "flash_attention", "paged_decode_attention", "swiglu_gemm", "rmsnorm_gemm",
            "w8a16_gemm", "w4a16_gemm", "fp8_block_gemm", "fused_moe_gemm", "bias_gelu_gemm",
@@ -465,11 +465,7 @@ def test_aot_compile_for_sm90(name: str) -> None:
     mod = _mod(name)
     cfg = CLEAN[name]
     assert cfg in mod.CONFIGS
-    spec = specialize(mod.KERNEL, mod.compile_args(mod.SHAPES[0], cfg))
-    src = ASTSource(fn=mod.KERNEL, signature=spec.signature, constexprs=spec.constexprs,
-                    attrs=spec.attrs)
-    ck = triton.compile(src, target=GPUTarget("cuda", 90, 32),
-                        options={"num_warps": cfg["num_warps"], "num_stages": cfg["num_stages"]})
+    ck = aot_compile_sm90(mod, cfg, mod.SHAPES[0])
     assert 0 < ck.metadata.shared <= SMEM_OPTIN_LIMIT_BYTES
     assert "mma" in ck.asm["ptx"], "no tensor-core instruction in the PTX"
     assert "cp.async" in ck.asm["ptx"], "the global->shared pipeline is missing"

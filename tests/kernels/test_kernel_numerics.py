@@ -25,13 +25,12 @@ from __future__ import annotations
 import json
 import os
 import random
-import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
+from tests.kernels.support import interpreter_child
+
 
 _GEMM_CFG = {"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 32, "GROUP_M": 2,
              "num_warps": 4, "num_stages": 2}
@@ -229,13 +228,7 @@ _RESULTS: dict[str, dict[str, dict]] = {}
 
 def _results(kernel: str) -> dict[str, dict]:
     if kernel not in _RESULTS:
-        env = {**os.environ, "TRITON_INTERPRET": "1",
-               "PYTHONPATH": os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH"))
-                                             if p)}
-        proc = subprocess.run([sys.executable, __file__, kernel, str(SEED)], cwd=REPO, env=env,
-                              capture_output=True, text=True, timeout=600)
-        assert proc.returncode == 0, f"{kernel} (seed {SEED}):\n{proc.stderr[-4000:]}"
-        _RESULTS[kernel] = {r["id"]: r for r in map(json.loads, proc.stdout.splitlines())}
+        _RESULTS[kernel] = {r["id"]: r for r in interpreter_child(__file__, kernel, str(SEED))}
     return _RESULTS[kernel]
 
 
