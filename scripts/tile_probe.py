@@ -146,7 +146,10 @@ def main() -> None:
     la.add_argument("--config", required=True)
     la.add_argument("--count", type=int, default=3)
     ns = ap.parse_args()
-    cmd_time(ns) if ns.cmd == "time" else cmd_launch(ns)
+    if ns.cmd == "time":
+        cmd_time(ns)
+    else:
+        cmd_launch(ns)
 
 
 if __name__ == "__main__":

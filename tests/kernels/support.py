@@ -14,7 +14,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+from kernaudit_pipeline.core.hardware import sm_resources
+
 REPO = Path(__file__).resolve().parents[2]
+# sm_90's opt-in shared memory per block (227 KiB), from the project's hardware table
+SMEM_OPTIN_LIMIT_BYTES = sm_resources("9.0").smem_per_block_optin_bytes
 
 
 def interpreter_child(script: str, *args: str, timeout_s: float = 600) -> list[dict]:

@@ -23,10 +23,9 @@ import torch
 
 from kernaudit_pipeline.kernel_spec import Shape, config_id, load_kernel_module, specialize
 from tests.kernels import test_kernel_contract as contract
-from tests.kernels.support import aot_compile_sm90, interpreter_child
+from tests.kernels.support import SMEM_OPTIN_LIMIT_BYTES, aot_compile_sm90, interpreter_child
 
 NAME = "bias_gelu_gemm"
-SMEM_OPTIN_LIMIT_BYTES = 232_448  # sm_90: 227 KiB per block
 
 # The space size and the clean config have one home, the contract tests' tables.
 SPACE_SIZE = contract.SPACE_SIZE[NAME]

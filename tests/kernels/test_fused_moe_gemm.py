@@ -12,9 +12,7 @@ import pytest
 import torch
 
 from kernaudit_pipeline.kernel_spec import Shape, config_id, load_kernel_module
-from tests.kernels.support import interpreter_child
-
-SMEM_OPTIN_LIMIT_BYTES = 232_448
+from tests.kernels.support import SMEM_OPTIN_LIMIT_BYTES, interpreter_child
 
 
 def _moe():

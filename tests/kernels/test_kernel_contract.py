@@ -29,7 +29,7 @@ from kernaudit_pipeline.kernel_spec import (
     specialize,
 )
 from kernaudit_pipeline.static_resources.describe import bilinear_terms
-from tests.kernels.support import aot_compile_sm90
+from tests.kernels.support import SMEM_OPTIN_LIMIT_BYTES, aot_compile_sm90
 
 KERNELS = ["gemm", "fp8_gemm", "flash_attention", "paged_decode_attention", "swiglu_gemm", "rmsnorm_gemm",
            "w8a16_gemm", "w4a16_gemm", "fp8_block_gemm", "fused_moe_gemm", "bias_gelu_gemm",
@@ -37,7 +37,6 @@ KERNELS = ["gemm", "fp8_gemm", "flash_attention", "paged_decode_attention", "swi
 REQUIRED = ("NAME", "KERNEL", "DTYPE", "BASELINE_NAME", "CONFIGS", "SHAPES", "TOLERANCE",
             "make_inputs", "launch", "baseline", "reference", "flops", "bytes_moved",
             "compile_args", "grid")
-SMEM_OPTIN_LIMIT_BYTES = 232_448  # sm_90: 227 KiB per block
 TRITON_DTYPE = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32",
                 torch.float8_e4m3fn: "fp8e4nv", torch.int32: "i32", torch.int8: "i8"}
 
