@@ -10,10 +10,12 @@ filters can show and hide them.
 
 from __future__ import annotations
 
+import functools
 import json
 
-import plotly.graph_objects as go
 import pandas as pd
+import plotly.graph_objects as go
+import plotly.io as pio
 from plotly.subplots import make_subplots
 from plotly.utils import PlotlyJSONEncoder
 
@@ -29,11 +31,20 @@ DECISION_COLORS = {"SHIP_CONFIG": "#1a7f37", "KEEP_BASELINE": "#cf222e", "NO_DEC
 DEFAULT_SM = sm_resources("9.0")  # the limit lines when a config names no compute capability
 
 
-def figure_spec(fig: go.Figure, height: int = 420) -> str:
-    """The figure as JSON for the page (``<`` escaped, so it is inert inside a script element)."""
-    fig.update_layout(template="plotly_white", margin=dict(l=70, r=30, t=60, b=70), height=height)
-    spec = fig.to_plotly_json()
-    text = json.dumps({"data": spec["data"], "layout": spec["layout"]}, cls=PlotlyJSONEncoder, separators=(",", ":"))
+@functools.cache
+def _page_template() -> dict:
+    """The page's plotly template as JSON, built once: setting it through ``update_layout``
+    re-validates the whole template for every figure, which was most of a report's chart time."""
+    return pio.templates["plotly_white"].to_plotly_json()
+
+
+def figure_spec(fig: go.Figure | dict, height: int = 420) -> str:
+    """The figure (a plotly figure, or a ``{"data", "layout"}`` spec already in plotly.js JSON) as
+    JSON for the page (``<`` escaped, so it is inert inside a script element)."""
+    spec = fig if isinstance(fig, dict) else fig.to_plotly_json()
+    layout = {**spec["layout"], "template": _page_template(), "margin": dict(l=70, r=30, t=60, b=70),
+              "height": height}
+    text = json.dumps({"data": spec["data"], "layout": layout}, cls=PlotlyJSONEncoder, separators=(",", ":"))
     return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
 
 
@@ -140,34 +151,74 @@ def status_counts_figure(diag: pd.DataFrame) -> go.Figure:
 
 # --- memory footprint ------------------------------------------------------------------------
 
-def memory_footprint_figure(kernel: str, cfg: pd.DataFrame) -> go.Figure:
-    """Registers, spill bytes, shared memory per block (vs the opt-in limit), occupancy per config."""
+# The footprint chart's four panels, top to bottom: (title, y range or None). Written as a
+# plotly.js spec rather than through ``make_subplots``: an audit of foreign traces draws one
+# such chart per kernel (hundreds), and plotly's validation made each cost ~0.1 s.
+_FOOTPRINT_PANELS = 4
+_FOOTPRINT_GAP = 0.05
+
+
+def _footprint_axes() -> tuple[dict, list[float]]:
+    """The stacked axes of ``make_subplots(rows=4, shared_xaxes=True, vertical_spacing=0.05)``:
+    one x axis per panel, all matching the bottom one (which alone shows its tick labels)."""
+    height = (1.0 - _FOOTPRINT_GAP * (_FOOTPRINT_PANELS - 1)) / _FOOTPRINT_PANELS
+    layout: dict = {}
+    tops = []
+    for row in range(1, _FOOTPRINT_PANELS + 1):
+        top = 1.0 - (row - 1) * (height + _FOOTPRINT_GAP)
+        bottom = max(top - height, 0.0)
+        tops.append(top)
+        sfx = "" if row == 1 else str(row)
+        xaxis = {"anchor": f"y{sfx}", "domain": [0.0, 1.0]}
+        if row < _FOOTPRINT_PANELS:
+            xaxis.update(matches=f"x{_FOOTPRINT_PANELS}", showticklabels=False)
+        layout[f"xaxis{sfx}"] = xaxis
+        layout[f"yaxis{sfx}"] = {"anchor": f"x{sfx}", "domain": [round(bottom, 12), round(top, 12)]}
+    return layout, tops
+
+
+def _values(series: pd.Series) -> list:
+    return [None if pd.isna(v) else float(v) for v in series]
+
+
+def memory_footprint_figure(kernel: str, cfg: pd.DataFrame) -> dict:
+    """Registers, spill bytes, shared memory per block (vs the opt-in limit), occupancy per config,
+    as a plotly.js spec (``{"data", "layout"}``) for :func:`figure_spec`."""
     x = [esc(c) for c in cfg["config_id"]]
     limit = col(cfg, "shared_mem_limit_bytes").dropna()
     smem_limit = int(limit.iloc[0]) if len(limit) else DEFAULT_SM.smem_per_block_optin_bytes
     smem = col(cfg, "shared_mem_bytes")
-    fig = make_subplots(rows=4, cols=1, shared_xaxes=True, vertical_spacing=0.05,
-                        subplot_titles=("registers / thread", "spill bytes (stores, loads)",
-                                        f"shared memory / block (bytes; dashed: opt-in limit {smem_limit:,})",
-                                        "theoretical occupancy (%)"))
     hover = "%{x}<br>%{y:,.0f}<extra>%{fullData.name}</extra>"
-    fig.add_trace(go.Bar(name="registers/thread", x=x, y=col(cfg, "registers_per_thread"), marker_color="#0969da",
-                         hovertemplate=hover), row=1, col=1)
-    fig.add_hline(y=DEFAULT_SM.max_regs_per_thread, line=dict(dash="dot", color="#cf222e"), row=1, col=1)
-    fig.add_trace(go.Bar(name="spill stores (B)", x=x, y=col(cfg, "spill_stores_bytes").fillna(0),
-                         marker_color="#cf222e", hovertemplate=hover), row=2, col=1)
-    fig.add_trace(go.Bar(name="spill loads (B)", x=x, y=col(cfg, "spill_loads_bytes").fillna(0),
-                         marker_color="#fb8f44", hovertemplate=hover), row=2, col=1)
-    fig.add_trace(go.Bar(name="shared memory/block (B)", x=x, y=smem,
-                         marker_color=["#cf222e" if v > smem_limit else "#8250df" for v in smem.fillna(0)],
-                         hovertemplate=hover), row=3, col=1)
-    fig.add_hline(y=smem_limit, line=dict(dash="dash", color="#cf222e"), row=3, col=1)
-    fig.add_trace(go.Bar(name="occupancy %", x=x, y=col(cfg, "occupancy_pct"), marker_color="#1a7f37",
-                         hovertemplate="%{x}<br>%{y:.1f} %<extra></extra>"), row=4, col=1)
-    fig.update_yaxes(range=[0, 100], row=4, col=1)
-    fig.update_xaxes(tickangle=-60, tickfont=dict(size=9), type="category", row=4, col=1)
-    fig.update_layout(title=f"Memory footprint per config: {esc(kernel)}", barmode="group", showlegend=False)
-    return fig
+
+    def bar(name: str, y: pd.Series, color: object, row: int, template: str = hover) -> dict:
+        sfx = "" if row == 1 else str(row)
+        return {"type": "bar", "name": name, "x": x, "y": _values(y), "marker": {"color": color},
+                "hovertemplate": template, "xaxis": f"x{sfx}", "yaxis": f"y{sfx}"}
+
+    def level(y: float, row: int, dash: str) -> dict:
+        sfx = "" if row == 1 else str(row)
+        return {"type": "line", "xref": f"x{sfx} domain", "x0": 0, "x1": 1, "yref": f"y{sfx}", "y0": y, "y1": y,
+                "line": {"dash": dash, "color": "#cf222e"}}
+
+    layout, tops = _footprint_axes()
+    layout["xaxis4"].update(tickangle=-60, tickfont={"size": 9}, type="category")
+    layout["yaxis4"]["range"] = [0, 100]
+    titles = ("registers / thread", "spill bytes (stores, loads)",
+              f"shared memory / block (bytes; dashed: opt-in limit {smem_limit:,})", "theoretical occupancy (%)")
+    layout["annotations"] = [
+        {"text": t, "x": 0.5, "xanchor": "center", "xref": "paper", "y": top, "yanchor": "bottom", "yref": "paper",
+         "showarrow": False, "font": {"size": 16}} for t, top in zip(titles, tops)]
+    layout["shapes"] = [level(DEFAULT_SM.max_regs_per_thread, 1, "dot"), level(smem_limit, 3, "dash")]
+    layout.update(title={"text": f"Memory footprint per config: {esc(kernel)}"}, barmode="group", showlegend=False)
+    data = [
+        bar("registers/thread", col(cfg, "registers_per_thread"), "#0969da", 1),
+        bar("spill stores (B)", col(cfg, "spill_stores_bytes").fillna(0), "#cf222e", 2),
+        bar("spill loads (B)", col(cfg, "spill_loads_bytes").fillna(0), "#fb8f44", 2),
+        bar("shared memory/block (B)", smem,
+            ["#cf222e" if v > smem_limit else "#8250df" for v in smem.fillna(0)], 3),
+        bar("occupancy %", col(cfg, "occupancy_pct"), "#1a7f37", 4, "%{x}<br>%{y:.1f} %<extra></extra>"),
+    ]
+    return {"data": data, "layout": layout}
 
 
 # --- latency heatmaps ------------------------------------------------------------------------

@@ -53,34 +53,44 @@ def status_counts(diag: pd.DataFrame) -> dict[str, int]:
     return {s: int(counts[s]) for s in order if s in counts}
 
 
-def _match(frame: pd.DataFrame, key: dict) -> pd.DataFrame:
-    for column in GROUP_KEYS + ["config_id"]:
-        value = key.get(column)
-        if column not in frame:
-            continue
-        frame = frame[frame[column].isna()] if is_blank(value) else frame[frame[column].astype(str) == str(value)]
-    return frame
+MATCH_KEYS = GROUP_KEYS + ["config_id"]
+
+
+def _cell_key(value: object) -> str | None:
+    return None if is_blank(value) else str(value)
+
+
+def _first_rows(diag: pd.DataFrame, decisions: list[dict]) -> list[int | None]:
+    """Where each decision's config is in ``diag``: the position of its first row with the same
+    kernel, shape, device and config (a blank key matches a blank cell), or None. One index over
+    the frame, not a scan per decision: foreign traces bring hundreds of decisions."""
+    present = [c for c in MATCH_KEYS if c in diag]
+    if not present:
+        return [0 if len(diag) else None for _ in decisions]
+    cells = zip(*(diag[c].astype(object).where(diag[c].notna(), None).map(_cell_key) for c in present))
+    first: dict[tuple, int] = {}
+    for pos, key in enumerate(cells):
+        first.setdefault(key, pos)
+    return [first.get(tuple(_cell_key(d.get(c)) for c in present)) for d in decisions]
 
 
 def decided_rows(diag: pd.DataFrame, decisions: list[dict]) -> pd.DataFrame:
     """The run row of each decision's config (the table and the chart follow the decisions)."""
-    rows = []
-    for d in decisions:
-        if not d.get("config_id"):
-            continue
-        hit = _match(diag, d)
-        if len(hit):
-            rows.append(hit.iloc[[0]].assign(decision=str(d.get("decision")), data_kind=d.get("data_kind")))
-    return pd.concat(rows, ignore_index=True) if rows else diag.iloc[0:0]
+    chosen = [d for d in decisions if d.get("config_id")]
+    found = [(d, pos) for d, pos in zip(chosen, _first_rows(diag, chosen)) if pos is not None]
+    if not found:
+        return diag.iloc[0:0]
+    rows = diag.iloc[[pos for _, pos in found]].reset_index(drop=True)
+    return rows.assign(decision=[str(d.get("decision")) for d, _ in found],
+                       data_kind=[d.get("data_kind") for d, _ in found])
 
 
 def decision_views(diag: pd.DataFrame, decisions: list[dict]) -> list[dict]:
-    views = []
-    for d in sorted(decisions, key=decision_text.sort_key):
-        hit = _match(diag, d) if d.get("config_id") else diag.iloc[0:0]
-        row = records(hit.iloc[[0]])[0] if len(hit) else None
-        views.append(decision_text.view(d, row))
-    return views
+    ordered = sorted(decisions, key=decision_text.sort_key)
+    positions = [pos if d.get("config_id") else None for d, pos in zip(ordered, _first_rows(diag, ordered))]
+    hits = sorted({pos for pos in positions if pos is not None})
+    rows = dict(zip(hits, records(diag.iloc[hits]))) if hits else {}
+    return [decision_text.view(d, rows.get(pos) if pos is not None else None) for d, pos in zip(ordered, positions)]
 
 
 def advisor_view(advisor: object, fallback_note: str) -> dict:

@@ -117,6 +117,30 @@ def test_footprint_prefers_the_static_compile_and_keeps_the_smem_limit(inputs):
     assert "opt-in limit 232,448" in figure_spec(fig)
 
 
+def test_footprint_spec_is_valid_plotly_on_make_subplots_axes():
+    """The footprint chart is written as a plotly.js spec (one per kernel; plotly's own objects
+    cost ~0.1 s each). plotly itself must accept every property, and its panels must sit where
+    ``make_subplots`` would put them, the over-limit bar red and the limit line on panel 3."""
+    import plotly.graph_objects as go
+    from plotly.subplots import make_subplots
+
+    cfg = pd.DataFrame({"config_id": ["a", HOSTILE, "c"], "registers_per_thread": [64, 128, None],
+                        "spill_stores_bytes": [0, None, 8], "spill_loads_bytes": [0, 0, 8],
+                        "shared_mem_bytes": [1000, 240_000, None], "occupancy_pct": [50.0, None, 25.0],
+                        "shared_mem_limit_bytes": 232448})
+    spec = audit_report.memory_footprint_figure("k", cfg)
+    go.Figure(spec)  # raises on any property plotly.js does not know or a value of the wrong type
+    ref = make_subplots(rows=4, cols=1, shared_xaxes=True, vertical_spacing=0.05).to_plotly_json()["layout"]
+    for axis in ("xaxis", "yaxis", "xaxis2", "yaxis2", "xaxis3", "yaxis3", "xaxis4", "yaxis4"):
+        for key, value in ref[axis].items():
+            expected = pytest.approx(value) if key == "domain" else value
+            assert spec["layout"][axis][key] == expected, (axis, key)
+    smem = spec["data"][3]
+    assert smem["yaxis"] == "y3" and smem["marker"]["color"] == ["#8250df", "#cf222e", "#8250df"]
+    assert [s["y0"] for s in spec["layout"]["shapes"] if s["yref"] == "y3"] == [232448]
+    assert spec["data"][0]["y"] == [64.0, 128.0, None] and HOSTILE not in figure_spec(spec)
+
+
 def test_trace_names_are_escaped_everywhere(tmp_path):
     inputs = library_inputs(tmp_path / "data", rename={"flash_attention_fwd": HOSTILE})
     diag = inputs.diagnostics.copy()
