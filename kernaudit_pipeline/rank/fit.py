@@ -20,6 +20,7 @@ from __future__ import annotations
 import math
 import statistics
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -110,21 +111,24 @@ def _groups(samples: list[Sample]) -> dict[tuple, list[Sample]]:
     return {g: v for g, v in by.items() if len(v) >= 2}
 
 
-def residuals(params: Params, samples: list[Sample]) -> list[float]:
-    """Weighted, group-centred log residuals."""
+def residuals(params: Params, samples: list[Sample], near_best: float = NEAR_BEST_WEIGHT) -> list[float]:
+    """Weighted, group-centred log residuals (``near_best``: how much more a config near the
+    measured best weighs than one far from it)."""
     out: list[float] = []
     for group in _groups(samples).values():
         best = min(s.measured_us for s in group)
         logs = [math.log(predict(s.features, params).total_s * 1e6) - math.log(s.measured_us)
                 for s in group]
-        weights = [1.0 / (1.0 + NEAR_BEST_WEIGHT * (s.measured_us / best - 1.0)) for s in group]
+        weights = [1.0 / (1.0 + near_best * (s.measured_us / best - 1.0)) for s in group]
         centre = sum(w * x for w, x in zip(weights, logs)) / sum(weights)
         out += [math.sqrt(w) * (x - centre) for w, x in zip(weights, logs)]
     return out
 
 
-def fit(samples: list[Sample], start: Params | None = None) -> Params:
-    """Least squares on :func:`residuals` plus the prior, within ``model.FITTED``'s bounds."""
+def fit(samples: list[Sample], start: Params | None = None,
+        objective: Callable[[Params, list[Sample]], list[float]] | None = None) -> Params:
+    """Least squares on :func:`residuals` (or another ``objective``'s residuals, for
+    experiments) plus the prior, within ``model.FITTED``'s bounds."""
     from scipy.optimize import least_squares  # noqa: PLC0415 - CPU tooling only
 
     start = start or Params()
@@ -135,7 +139,7 @@ def fit(samples: list[Sample], start: Params | None = None) -> Params:
 
     def fun(xs):
         params = with_values(start, names, [x * s for x, s in zip(xs, scale)])
-        res = residuals(params, samples)
+        res = (objective or residuals)(params, samples)
         # Prior: relative distance from the physical default, sigma PRIOR_SIGMA.
         res += [(x - 1.0) / PRIOR_SIGMA for x in xs]
         return res
@@ -227,13 +231,15 @@ class LokoResult:
 
 
 def leave_one_kernel_out(samples: list[Sample], measurements: list[Measurement],
-                         kernels: list[str]) -> list[LokoResult]:
+                         kernels: list[str],
+                         objective: Callable[[Params, list[Sample]], list[float]] | None = None,
+                         ) -> list[LokoResult]:
     """Fit on every kernel but one, score on that one; once per kernel."""
     out = []
     for held in kernels:
         train = [s for s in samples if s.features.kernel_name != held]
         test = [s for s in samples if s.features.kernel_name == held]
-        params = fit(train)
+        params = fit(train, objective=objective)
         out.append(LokoResult(held, params, score(params, test, measurements),
                               within_shape_error(params, test)))
     return out
