@@ -17,7 +17,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tests.faults.campaign import cases, run_campaign  # noqa: E402
+from tests.faults.campaign import cases  # noqa: E402
+from tests.faults.runner import run_campaign  # noqa: E402
 
 
 def main() -> int:

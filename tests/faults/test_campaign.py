@@ -7,7 +7,8 @@ shows up as an unexpected pass (remove the name then) and a regression as a fail
 
 import pytest
 
-from tests.faults.campaign import cases, run_campaign
+from tests.faults.campaign import cases
+from tests.faults.runner import run_campaign
 
 CASES = cases()
 KNOWN_FAILURES: frozenset[str] = frozenset()
