@@ -8,7 +8,7 @@ objectives (``OBJECTIVES``) and scores each the way ``rank_validate.py`` does: e
 left out in turn, fitted on the others, on every committed sweep; then the held-out kernel
 (``rank_validate.HELD_OUT_KERNELS``) with the fit on all the others.
 
-    PYTHONPATH=. .venv/bin/python scripts/rank_objective.py
+    PYTHONPATH=. .venv/bin/python scripts/rank_objective.py [--kernels STEM ...] [--held-out STEM ...]
 
 CPU only; needs the static audit of every kernel (cached under the data folder). Prints a
 Markdown table.
@@ -71,7 +71,16 @@ def objectives():
 
 
 def main() -> int:
+    import argparse
+
     import rank_validate as rv
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--kernels", nargs="+", default=rv.CALIBRATION_KERNELS,
+                        help="the kernels left out in turn (module stems)")
+    parser.add_argument("--held-out", nargs="*", default=rv.HELD_OUT_KERNELS,
+                        help="kernels never fitted on, scored with the fit on --kernels")
+    args = parser.parse_args()
     from kernaudit_pipeline.core.hardware import lookup
     from kernaudit_pipeline.rank import fit
     from kernaudit_pipeline.rank.ranking import DEFAULT_DEVICE, space_features
@@ -79,15 +88,15 @@ def main() -> int:
     scratch = Path(tempfile.mkdtemp(prefix="rank-objective-"))
     measurements = fit.load_measurements([rv._plain(p, scratch) for p in rv.DEFAULT_SWEEPS])
     default = lookup(DEFAULT_DEVICE).name
-    stems = rv.CALIBRATION_KERNELS + rv.HELD_OUT_KERNELS
+    stems = list(dict.fromkeys([*args.kernels, *args.held_out]))
     features, names = {}, {}
     for device in sorted({fit.device_of(m, default) for m in measurements} | {default}):
         features[device], report = space_features(stems, device_name=device)
         names.update({d.stem: d.name for d in report.descriptions})
     samples = fit.samples_for(measurements, features, default)
-    kernels = [names[s] for s in rv.CALIBRATION_KERNELS]
-    held = [names[s] for s in rv.HELD_OUT_KERNELS]
-    calib = [s for s in samples if s.features.kernel_name not in held]
+    held = [names[s] for s in args.held_out if s in names]
+    kernels = [names[s] for s in rv.fitted_kernels(args.kernels, args.held_out) if s in names]
+    calib = [s for s in samples if s.features.kernel_name in kernels]
     summary, per_shape = [], defaultdict(dict)
     for label, objective in objectives().items():
         t0 = time.monotonic()
