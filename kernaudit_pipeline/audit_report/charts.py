@@ -151,11 +151,16 @@ def status_counts_figure(diag: pd.DataFrame) -> go.Figure:
 
 # --- memory footprint ------------------------------------------------------------------------
 
-# The footprint chart's four panels, top to bottom: (title, y range or None). Written as a
-# plotly.js spec rather than through ``make_subplots``: an audit of foreign traces draws one
-# such chart per kernel (hundreds), and plotly's validation made each cost ~0.1 s.
+# The footprint chart: four stacked panels, written as a plotly.js spec rather than through
+# ``make_subplots``: an audit of foreign traces draws one such chart per kernel (hundreds), and
+# plotly's validation made each cost ~0.1 s.
 _FOOTPRINT_PANELS = 4
 _FOOTPRINT_GAP = 0.05
+
+
+def _axis(row: int) -> str:
+    """plotly.js's suffix for a panel's axes: ``x``/``y`` for the first, ``x2``/``y2``... after."""
+    return "" if row == 1 else str(row)
 
 
 def _footprint_axes() -> tuple[dict, list[float]]:
@@ -168,7 +173,7 @@ def _footprint_axes() -> tuple[dict, list[float]]:
         top = 1.0 - (row - 1) * (height + _FOOTPRINT_GAP)
         bottom = max(top - height, 0.0)
         tops.append(top)
-        sfx = "" if row == 1 else str(row)
+        sfx = _axis(row)
         xaxis = {"anchor": f"y{sfx}", "domain": [0.0, 1.0]}
         if row < _FOOTPRINT_PANELS:
             xaxis.update(matches=f"x{_FOOTPRINT_PANELS}", showticklabels=False)
@@ -191,12 +196,12 @@ def memory_footprint_figure(kernel: str, cfg: pd.DataFrame) -> dict:
     hover = "%{x}<br>%{y:,.0f}<extra>%{fullData.name}</extra>"
 
     def bar(name: str, y: pd.Series, color: object, row: int, template: str = hover) -> dict:
-        sfx = "" if row == 1 else str(row)
+        sfx = _axis(row)
         return {"type": "bar", "name": name, "x": x, "y": _values(y), "marker": {"color": color},
                 "hovertemplate": template, "xaxis": f"x{sfx}", "yaxis": f"y{sfx}"}
 
     def level(y: float, row: int, dash: str) -> dict:
-        sfx = "" if row == 1 else str(row)
+        sfx = _axis(row)
         return {"type": "line", "xref": f"x{sfx} domain", "x0": 0, "x1": 1, "yref": f"y{sfx}", "y0": y, "y1": y,
                 "line": {"dash": dash, "color": "#cf222e"}}
 
