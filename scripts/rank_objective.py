@@ -64,7 +64,7 @@ def combined(params, samples) -> list[float]:
 def objectives():
     from kernaudit_pipeline.rank import fit
 
-    return {"shipped: log residuals, near-best weight 5": None,
+    return {"shipped: log residuals, near-best weight 5": fit.residuals,
             "log residuals, near-best weight 20": functools.partial(fit.residuals, near_best=20.0),
             "listwise (soft best, KL)": listwise,
             "log residuals + listwise": combined}

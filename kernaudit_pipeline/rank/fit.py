@@ -126,7 +126,7 @@ def residuals(params: Params, samples: list[Sample], near_best: float = NEAR_BES
 
 
 def fit(samples: list[Sample], start: Params | None = None,
-        objective: Callable[[Params, list[Sample]], list[float]] | None = None) -> Params:
+        objective: Callable[[Params, list[Sample]], list[float]] = residuals) -> Params:
     """Least squares on :func:`residuals` (or another ``objective``'s residuals, for
     experiments) plus the prior, within ``model.FITTED``'s bounds."""
     from scipy.optimize import least_squares  # noqa: PLC0415 - CPU tooling only
@@ -139,7 +139,7 @@ def fit(samples: list[Sample], start: Params | None = None,
 
     def fun(xs):
         params = with_values(start, names, [x * s for x, s in zip(xs, scale)])
-        res = (objective or residuals)(params, samples)
+        res = objective(params, samples)
         # Prior: relative distance from the physical default, sigma PRIOR_SIGMA.
         res += [(x - 1.0) / PRIOR_SIGMA for x in xs]
         return res
@@ -232,7 +232,7 @@ class LokoResult:
 
 def leave_one_kernel_out(samples: list[Sample], measurements: list[Measurement],
                          kernels: list[str],
-                         objective: Callable[[Params, list[Sample]], list[float]] | None = None,
+                         objective: Callable[[Params, list[Sample]], list[float]] = residuals,
                          ) -> list[LokoResult]:
     """Fit on every kernel but one, score on that one; once per kernel."""
     out = []
