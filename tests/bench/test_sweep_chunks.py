@@ -68,7 +68,7 @@ def test_a_worker_killed_mid_shape_loses_only_its_open_chunk(tmp_path):
     """The 21st config hangs (in the second chunk): the first chunk's rows were written before
     the worker was killed, so the next worker times only what was left."""
     proc, runs, _ = _bench(tmp_path, "--shapes", "n4096_hang", "--max-configs", "24",
-                           "--max-seconds-per-config", "0.05", "--timeout-s", "8")
+                           "--max-seconds-per-config", "0.05", "--timeout-s", "15")
     assert proc.returncode == 0, proc.stderr
     by_id = {r["config_id"]: r for r in runs}
     assert len(runs) == len(by_id) == 24
